@@ -1,0 +1,72 @@
+//! `analyze`: the command line. Parses arguments into the library's option structs, runs the
+//! library and maps the result to an exit code: 0 on success, 1 for a failed check
+//! (`compare --fail-if-slower`), 2 for bad input or usage.
+
+mod stats;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exact tables, plots and reports from Nsight Systems exports, PyTorch memory snapshots and
+/// PyTorch profiler (Kineto) traces.
+#[derive(Parser)]
+#[command(name = "analyze", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print one `nsys stats` report (same rows, columns and numbers as Nsight Systems 2025.3).
+    Stats(stats::Args),
+}
+
+/// What a subcommand asks `main` to do once it has finished.
+pub enum Outcome {
+    Success,
+    /// A check the user asked for failed (exit 1).
+    CheckFailed,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Stats(args) => stats::run(args),
+    };
+    match result {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            let mut msg = format!("error: {e}");
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(&format!(": {c}"));
+                }
+            }
+            let _ = writeln!(std::io::stderr(), "{msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Write `text` to stdout.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}

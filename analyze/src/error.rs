@@ -1,0 +1,70 @@
+//! Errors a user's input can cause. Each names the file and says what is wrong with it in one
+//! line; the binary prints it as `error: ...` and exits 2.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading an input file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: no such file or directory", path.display())]
+    NotFound { path: PathBuf },
+
+    #[error("{}: is a directory, expected a file", path.display())]
+    IsDirectory { path: PathBuf },
+
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{}: not a recognised input (expected an Nsight Systems .sqlite or .nsys-rep, a PyTorch memory snapshot pickle, or a Kineto .json trace)", path.display())]
+    UnknownFormat { path: PathBuf },
+
+    #[error("{}: not an Nsight Systems export (no nsys tables; found {})", path.display(), describe_tables(found_tables))]
+    NotAnNsysExport {
+        path: PathBuf,
+        found_tables: Vec<String>,
+    },
+
+    #[error("{}: SQLite error: {source}", path.display())]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    #[error("{}: {message}", path.display())]
+    NsysReport { path: PathBuf, message: String },
+
+    #[error("{}: pickle opcode 0x{opcode:02x} at byte {offset} is not supported", path.display())]
+    UnsupportedPickleOpcode {
+        path: PathBuf,
+        opcode: u8,
+        offset: u64,
+    },
+
+    #[error("{}: pickle asks for `{name}` at byte {offset}; only plain data is read, never code", path.display())]
+    PickleCode {
+        path: PathBuf,
+        name: String,
+        offset: u64,
+    },
+
+    /// The file is of a known format but its content is broken or of an unexpected shape.
+    #[error("{}: {message}", path.display())]
+    Malformed { path: PathBuf, message: String },
+}
+
+fn describe_tables(tables: &[String]) -> String {
+    if tables.is_empty() {
+        "no tables".to_owned()
+    } else if tables.len() <= 5 {
+        tables.join(", ")
+    } else {
+        format!("{}, ... ({} tables)", tables[..5].join(", "), tables.len())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

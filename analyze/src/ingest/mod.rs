@@ -1,0 +1,166 @@
+//! Reading input files: one module per format, each feeding the shared model.
+//!
+//! [`load`] looks at a file's first bytes (not its name) to decide what it is, so a renamed or
+//! gzip-compressed file is still read. Every reader opens its input read-only.
+
+pub mod kineto;
+pub mod nsys_rep;
+pub mod nsys_sqlite;
+pub mod torch_snapshot;
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use flate2::read::MultiGzDecoder;
+
+use crate::error::{Error, Result};
+use crate::memory::Snapshot;
+use crate::model::Trace;
+
+/// What a file turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    NsysSqlite,
+    /// A gzip-compressed SQLite export (`.sqlite.gz`).
+    NsysSqliteGz,
+    NsysRep,
+    TorchSnapshot,
+    Kineto,
+}
+
+/// Any loaded input.
+#[derive(Debug)]
+pub enum Input {
+    Trace(Box<Trace>),
+    Snapshot(Box<Snapshot>),
+}
+
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+
+/// Check that `path` names a readable regular file.
+pub fn check_file(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound {
+            path: path.to_owned(),
+        }),
+        Err(source) => Err(Error::Io {
+            path: path.to_owned(),
+            source,
+        }),
+        Ok(m) if m.is_dir() => Err(Error::IsDirectory {
+            path: path.to_owned(),
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Read up to `n` bytes from the start of `r`.
+fn peek(r: &mut dyn Read, n: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(n);
+    r.take(n as u64).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Decide what `path` is from its content (and, for `.nsys-rep`, its name).
+pub fn detect(path: &Path) -> Result<Kind> {
+    check_file(path)?;
+    let mut file = File::open(path).map_err(io_err(path))?;
+    let head = peek(&mut file, 64).map_err(io_err(path))?;
+    if head.starts_with(SQLITE_MAGIC) {
+        return Ok(Kind::NsysSqlite);
+    }
+    if path.extension().is_some_and(|e| e == "nsys-rep" || e == "qdrep") {
+        return Ok(Kind::NsysRep);
+    }
+    let inner = if head.starts_with(GZIP_MAGIC) {
+        let file = File::open(path).map_err(io_err(path))?;
+        let mut gz = MultiGzDecoder::new(BufReader::new(file));
+        peek(&mut gz, 64).map_err(|e| Error::Malformed {
+            path: path.to_owned(),
+            message: format!("gzip data could not be decompressed: {e}"),
+        })?
+    } else {
+        head
+    };
+    if inner.starts_with(SQLITE_MAGIC) {
+        return Ok(Kind::NsysSqliteGz);
+    }
+    match inner.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(0x80) => Ok(Kind::TorchSnapshot),
+        Some(b'{') | Some(b'[') => Ok(Kind::Kineto),
+        // Protocol 0/1 pickles start with an opcode such as `(` or `}` or `]`.
+        Some(b'(') | Some(b'}') | Some(b']') => Ok(Kind::TorchSnapshot),
+        _ => Err(Error::UnknownFormat {
+            path: path.to_owned(),
+        }),
+    }
+}
+
+/// Open `path`, transparently decompressing gzip.
+pub fn open_maybe_gzip(path: &Path) -> Result<Box<dyn Read>> {
+    check_file(path)?;
+    let mut file = File::open(path).map_err(io_err(path))?;
+    let head = peek(&mut file, 2).map_err(io_err(path))?;
+    let file = File::open(path).map_err(io_err(path))?;
+    if head == GZIP_MAGIC {
+        Ok(Box::new(MultiGzDecoder::new(BufReader::new(file))))
+    } else {
+        Ok(Box::new(BufReader::new(file)))
+    }
+}
+
+/// Read a whole file, decompressing gzip.
+pub fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
+    let mut r = open_maybe_gzip(path)?;
+    let mut buf = Vec::new();
+    r.read_to_end(&mut buf).map_err(|e| Error::Malformed {
+        path: path.to_owned(),
+        message: format!("could not be read: {e}"),
+    })?;
+    Ok(buf)
+}
+
+/// Load any supported file.
+pub fn load(path: &Path) -> Result<Input> {
+    match detect(path)? {
+        Kind::NsysSqlite => Ok(Input::Trace(Box::new(nsys_sqlite::load(path)?))),
+        Kind::NsysSqliteGz => Ok(Input::Trace(Box::new(nsys_sqlite::load_gz(path)?))),
+        Kind::NsysRep => {
+            let sqlite: PathBuf = nsys_rep::sqlite_for(path)?;
+            Ok(Input::Trace(Box::new(nsys_sqlite::load(&sqlite)?)))
+        }
+        Kind::Kineto => Ok(Input::Trace(Box::new(kineto::load(path)?))),
+        Kind::TorchSnapshot => Ok(Input::Snapshot(Box::new(torch_snapshot::load(path)?))),
+    }
+}
+
+/// Load a file that must be a GPU trace (nsys export or Kineto trace).
+pub fn load_trace(path: &Path) -> Result<Trace> {
+    match load(path)? {
+        Input::Trace(t) => Ok(*t),
+        Input::Snapshot(_) => Err(Error::Malformed {
+            path: path.to_owned(),
+            message: "is a memory snapshot; this command needs an Nsight Systems export or a Kineto trace (try `analyze memory`)".into(),
+        }),
+    }
+}
+
+/// Load a file that must be a memory snapshot.
+pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
+    match load(path)? {
+        Input::Snapshot(s) => Ok(*s),
+        Input::Trace(_) => Err(Error::Malformed {
+            path: path.to_owned(),
+            message: "is a GPU trace, not a PyTorch memory snapshot".into(),
+        }),
+    }
+}

@@ -1,0 +1,16 @@
+//! `analyze`: Nsight Systems exports, PyTorch CUDA memory snapshots and Kineto traces, read into
+//! one model and turned into exact tables, plots and report sections.
+//!
+//! Inputs are read by [`ingest`] into a [`model::Trace`] (GPU work) or a
+//! [`memory::Snapshot`] (allocations). Analyses are pure functions over those; [`render`] shows
+//! their tables as text, CSV, JSON or Markdown.
+
+pub mod error;
+pub mod ingest;
+pub mod memory;
+pub mod model;
+pub mod render;
+pub mod stats;
+
+pub use error::{Error, Result};
+pub use model::Trace;

@@ -1,0 +1,410 @@
+//! The one in-memory model that every input format becomes.
+//!
+//! An Nsight Systems export, a Kineto trace and `collect`'s own trace all load into a [`Trace`]:
+//! GPU kernels, CUDA API calls, NVTX ranges and marks, memcpy/memset operations, GPU info and
+//! export metadata. Names are interned once in a [`Strings`] table; times are [`Nanos`] and sizes
+//! [`Bytes`], so a time is never added to a size. Analyses are pure functions over this model and
+//! never look at the file it came from. Memory snapshots have their own model in
+//! [`crate::memory`]: they describe allocations, not GPU work.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// A point in time or a duration, in nanoseconds on the trace's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Nanos(pub i64);
+
+impl Nanos {
+    pub fn as_f64(self) -> f64 {
+        self.0 as f64
+    }
+    pub fn ms(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl Add for Nanos {
+    type Output = Nanos;
+    fn add(self, rhs: Nanos) -> Nanos {
+        Nanos(self.0 + rhs.0)
+    }
+}
+
+impl AddAssign for Nanos {
+    fn add_assign(&mut self, rhs: Nanos) {
+        self.0 += rhs.0;
+    }
+}
+
+impl Sub for Nanos {
+    type Output = Nanos;
+    fn sub(self, rhs: Nanos) -> Nanos {
+        Nanos(self.0 - rhs.0)
+    }
+}
+
+impl std::iter::Sum for Nanos {
+    fn sum<I: Iterator<Item = Nanos>>(iter: I) -> Nanos {
+        Nanos(iter.map(|n| n.0).sum())
+    }
+}
+
+impl fmt::Display for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ns", self.0)
+    }
+}
+
+/// A size in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Bytes(pub u64);
+
+impl Add for Bytes {
+    type Output = Bytes;
+    fn add(self, rhs: Bytes) -> Bytes {
+        Bytes(self.0 + rhs.0)
+    }
+}
+
+impl AddAssign for Bytes {
+    fn add_assign(&mut self, rhs: Bytes) {
+        self.0 += rhs.0;
+    }
+}
+
+impl std::iter::Sum for Bytes {
+    fn sum<I: Iterator<Item = Bytes>>(iter: I) -> Bytes {
+        Bytes(iter.map(|n| n.0).sum())
+    }
+}
+
+/// An interned string: an index into [`Strings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct StrId(pub u32);
+
+/// Every name in a trace, stored once.
+#[derive(Clone, Debug, Default)]
+pub struct Strings {
+    values: Vec<String>,
+    index: HashMap<String, StrId>,
+}
+
+impl Strings {
+    pub fn intern(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.index.get(s) {
+            return id;
+        }
+        let id = StrId(self.values.len() as u32);
+        self.values.push(s.to_owned());
+        self.index.insert(s.to_owned(), id);
+        id
+    }
+
+    pub fn get(&self, id: StrId) -> &str {
+        &self.values[id.0 as usize]
+    }
+
+    /// The id of `s` if it was interned.
+    pub fn lookup(&self, s: &str) -> Option<StrId> {
+        self.index.get(s).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// Which input format a trace came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    NsysSqlite,
+    Kineto,
+}
+
+/// Where a trace came from and what the file says about itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct Source {
+    pub path: PathBuf,
+    pub format: SourceFormat,
+    /// Export schema version (`EXPORT_SCHEMA_VERSION`), when the file records one.
+    pub schema_version: Option<String>,
+    /// Version of the tool that wrote the file (`EXPORT_PRODUCT_VERSION`, Kineto's version).
+    pub product_version: Option<String>,
+    /// Every key/value pair of the export's metadata table, as written.
+    pub metadata: BTreeMap<String, String>,
+    /// Run metadata (model, ctx, mode, precision, ...) when the file carries it.
+    pub run: BTreeMap<String, String>,
+    /// Tables or sections that the file lacks (e.g. `CUPTI_ACTIVITY_KIND_KERNEL`).
+    pub missing: Vec<String>,
+}
+
+/// A GPU kernel execution.
+#[derive(Clone, Debug, Serialize)]
+pub struct Kernel {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub device: u32,
+    pub stream: u32,
+    pub correlation_id: u64,
+    pub pid: u32,
+    /// Demangled name (`void at::native::elementwise_kernel<...>(...)`).
+    pub name: StrId,
+    /// Short name (`elementwise_kernel`).
+    pub short_name: StrId,
+    /// Mangled name, when the export has it.
+    pub mangled_name: Option<StrId>,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub registers_per_thread: u32,
+    pub static_shared_memory: u32,
+    pub dynamic_shared_memory: u32,
+}
+
+impl Kernel {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+}
+
+/// Which CUDA API a call belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiKind {
+    Runtime,
+    Driver,
+}
+
+/// A host-side CUDA API call (`cudaLaunchKernel`, `cuLaunchKernel`, ...).
+#[derive(Clone, Debug, Serialize)]
+pub struct ApiCall {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub pid: u32,
+    pub tid: u32,
+    /// Links the call to the GPU work it launched (kernel or memory op); 0 when none.
+    pub correlation_id: u64,
+    pub name: StrId,
+    pub kind: ApiKind,
+}
+
+impl ApiCall {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+}
+
+/// How an NVTX range was opened and closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum RangeStyle {
+    /// `nvtxRangePush`/`nvtxRangePop`: nested, on one thread.
+    PushPop,
+    /// `nvtxRangeStart`/`nvtxRangeEnd`: may end on another thread.
+    StartEnd,
+}
+
+impl RangeStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RangeStyle::PushPop => "PushPop",
+            RangeStyle::StartEnd => "StartEnd",
+        }
+    }
+}
+
+/// A closed NVTX range (or a profiler annotation range, for Kineto traces).
+#[derive(Clone, Debug, Serialize)]
+pub struct Range {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub style: RangeStyle,
+    pub name: StrId,
+    /// Domain name; `None` for the default domain.
+    pub domain: Option<StrId>,
+    pub pid: u32,
+    pub tid: u32,
+    /// Thread the range ended on, for start/end ranges that cross threads.
+    pub end_tid: Option<u32>,
+}
+
+impl Range {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+}
+
+/// An NVTX mark (an instant).
+#[derive(Clone, Debug, Serialize)]
+pub struct Mark {
+    pub time: Nanos,
+    pub name: StrId,
+    pub domain: Option<StrId>,
+    pub pid: u32,
+    pub tid: u32,
+}
+
+/// The kind of a GPU memory operation, named as `nsys stats` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemOpKind {
+    HostToDevice,
+    DeviceToHost,
+    HostToHost,
+    DeviceToDevice,
+    PeerToPeer,
+    /// Unified-memory or other copy kinds nsys reports under their own label.
+    OtherCopy(u8),
+    Memset,
+}
+
+impl MemOpKind {
+    /// The `Operation` label of `cuda_gpu_mem_*_sum`.
+    pub fn label(self) -> String {
+        match self {
+            MemOpKind::HostToDevice => "[CUDA memcpy Host-to-Device]".into(),
+            MemOpKind::DeviceToHost => "[CUDA memcpy Device-to-Host]".into(),
+            MemOpKind::HostToHost => "[CUDA memcpy Host-to-Host]".into(),
+            MemOpKind::DeviceToDevice => "[CUDA memcpy Device-to-Device]".into(),
+            MemOpKind::PeerToPeer => "[CUDA memcpy Peer-to-Peer]".into(),
+            MemOpKind::OtherCopy(k) => {
+                // Labels of `ENUM_CUDA_MEMCPY_OPER`.
+                let label = match k {
+                    3 => "Host-to-Array",
+                    4 => "Array-to-Host",
+                    5 => "Array-to-Array",
+                    6 => "Array-to-Device",
+                    7 => "Device-to-Array",
+                    11 => "Unified Host-to-Device",
+                    12 => "Unified Device-to-Host",
+                    13 => "Unified Device-to-Device",
+                    _ => "Unknown",
+                };
+                format!("[CUDA memcpy {label}]")
+            }
+            MemOpKind::Memset => "[CUDA memset]".into(),
+        }
+    }
+}
+
+/// A memcpy or memset executed on the GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemOp {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub device: u32,
+    pub stream: u32,
+    pub correlation_id: u64,
+    pub pid: u32,
+    pub kind: MemOpKind,
+    pub bytes: Bytes,
+}
+
+impl MemOp {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+}
+
+/// A GPU the trace ran on.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Gpu {
+    pub id: u32,
+    pub name: String,
+    pub total_memory: Option<Bytes>,
+    pub sm_count: Option<u32>,
+    pub compute_capability: Option<(u32, u32)>,
+}
+
+/// Everything a profile of GPU work holds, whatever format it came from.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub source: Source,
+    pub strings: Strings,
+    /// Sorted by start time.
+    pub kernels: Vec<Kernel>,
+    /// Sorted by start time.
+    pub api_calls: Vec<ApiCall>,
+    /// Sorted by start time.
+    pub ranges: Vec<Range>,
+    pub marks: Vec<Mark>,
+    /// Sorted by start time.
+    pub mem_ops: Vec<MemOp>,
+    pub gpus: Vec<Gpu>,
+    /// Thread names by (pid, tid), where the file records them.
+    pub thread_names: HashMap<(u32, u32), StrId>,
+}
+
+impl Trace {
+    pub fn empty(source: Source) -> Trace {
+        Trace {
+            source,
+            strings: Strings::default(),
+            kernels: Vec::new(),
+            api_calls: Vec::new(),
+            ranges: Vec::new(),
+            marks: Vec::new(),
+            mem_ops: Vec::new(),
+            gpus: Vec::new(),
+            thread_names: HashMap::new(),
+        }
+    }
+
+    pub fn name(&self, id: StrId) -> &str {
+        self.strings.get(id)
+    }
+
+    /// A range's name as `nsys stats` prints it: `domain:name`, with an empty domain for the
+    /// default one (`:forward`).
+    pub fn range_label(&self, range: &Range) -> String {
+        let domain = range.domain.map(|d| self.name(d)).unwrap_or("");
+        format!("{domain}:{}", self.name(range.name))
+    }
+
+    /// Sort every event list by start time (stable, so file order breaks ties).
+    pub fn sort(&mut self) {
+        self.kernels.sort_by_key(|k| k.start);
+        self.api_calls.sort_by_key(|c| c.start);
+        self.ranges.sort_by_key(|r| r.start);
+        self.marks.sort_by_key(|m| m.time);
+        self.mem_ops.sort_by_key(|m| m.start);
+    }
+}
+
+/// Split an nsys `globalTid`/`globalPid` into (pid, tid).
+pub fn split_global_tid(global: i64) -> (u32, u32) {
+    (((global >> 24) & 0xFF_FFFF) as u32, (global & 0xFF_FFFF) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_tid_splits_into_pid_and_tid() {
+        // From torch_small_ctx128_train_fp32.sqlite: the main thread of pid 549.
+        assert_eq!(split_global_tid(281_484_187_402_789), (549, 549));
+        assert_eq!(split_global_tid(281_484_187_402_240), (549, 0));
+    }
+
+    #[test]
+    fn strings_are_interned_once() {
+        let mut s = Strings::default();
+        let a = s.intern("forward");
+        let b = s.intern("backward");
+        assert_ne!(a, b);
+        assert_eq!(s.intern("forward"), a);
+        assert_eq!(s.get(b), "backward");
+        assert_eq!(s.len(), 2);
+    }
+}

@@ -1,0 +1,416 @@
+//! Renderers: one [`Document`] of tables, shown as an aligned text table, CSV, JSON or Markdown.
+//!
+//! Analyses build [`Table`]s of typed [`Cell`]s; a cell knows how many decimals it is printed
+//! with, so the CSV of a `nsys stats` report prints `37268.7` where nsys does while JSON keeps the
+//! full value. A [`Document`] may also carry its own JSON value, for outputs whose JSON shape is
+//! richer than a list of tables (`profile`, `memory`). Every format is a [`Renderer`].
+
+use std::io::{self, Write};
+
+use serde_json::{Map, Value};
+
+/// One value in a table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Int(i64),
+    /// A number printed with this many decimals.
+    Float(f64, usize),
+    Text(String),
+    /// No value: `-` in tables, empty in CSV, `null` in JSON.
+    Missing,
+}
+
+impl Cell {
+    pub fn text(s: impl Into<String>) -> Cell {
+        Cell::Text(s.into())
+    }
+
+    /// The cell as it is printed in tables and CSV.
+    pub fn display(&self) -> String {
+        match self {
+            Cell::Int(v) => v.to_string(),
+            Cell::Float(v, d) => format_fixed(*v, *d),
+            Cell::Text(s) => s.clone(),
+            Cell::Missing => String::new(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            Cell::Int(v) => Value::from(*v),
+            Cell::Float(v, _) => serde_json::Number::from_f64(*v).map_or(Value::Null, Value::Number),
+            Cell::Text(s) => Value::from(s.as_str()),
+            Cell::Missing => Value::Null,
+        }
+    }
+
+    fn is_numeric(&self) -> bool {
+        matches!(self, Cell::Int(_) | Cell::Float(..))
+    }
+}
+
+/// `v` with `decimals` digits after the point, rounded half away from zero as Python's
+/// `'{:.1f}'` does for the values nsys prints (and never `-0.0`).
+pub fn format_fixed(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
+    if s.starts_with('-') && s[1..].chars().all(|c| c == '0' || c == '.') {
+        s[1..].to_owned()
+    } else {
+        s
+    }
+}
+
+/// Rows under named columns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    pub fn new<S: Into<String>>(columns: impl IntoIterator<Item = S>) -> Table {
+        Table {
+            columns: columns.into_iter().map(Into::into).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, row: Vec<Cell>) {
+        debug_assert_eq!(row.len(), self.columns.len());
+        self.rows.push(row);
+    }
+
+    /// Rows as JSON objects keyed by column name.
+    pub fn to_json(&self) -> Value {
+        Value::Array(
+            self.rows
+                .iter()
+                .map(|row| {
+                    let mut obj = Map::new();
+                    for (col, cell) in self.columns.iter().zip(row) {
+                        obj.insert(col.clone(), cell.json());
+                    }
+                    Value::Object(obj)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A titled table with optional notes below it.
+#[derive(Clone, Debug, Default)]
+pub struct Section {
+    pub title: Option<String>,
+    pub table: Table,
+    pub notes: Vec<String>,
+}
+
+/// What a command prints: sections of tables, and optionally its own JSON shape.
+#[derive(Clone, Debug, Default)]
+pub struct Document {
+    pub sections: Vec<Section>,
+    /// When set, the JSON renderer prints this instead of the sections.
+    pub json: Option<Value>,
+}
+
+impl Document {
+    pub fn single(table: Table) -> Document {
+        Document {
+            sections: vec![Section {
+                title: None,
+                table,
+                notes: Vec::new(),
+            }],
+            json: None,
+        }
+    }
+}
+
+/// Output formats understood by every command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Table,
+    Csv,
+    Json,
+    Markdown,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        match s {
+            "table" => Ok(Format::Table),
+            "csv" => Ok(Format::Csv),
+            "json" => Ok(Format::Json),
+            "markdown" | "md" => Ok(Format::Markdown),
+            other => Err(format!(
+                "unknown format `{other}` (expected table, csv, json or markdown)"
+            )),
+        }
+    }
+}
+
+/// Writes a [`Document`] in one format.
+pub trait Renderer {
+    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// The renderer for a format.
+pub fn renderer(format: Format) -> &'static dyn Renderer {
+    match format {
+        Format::Table => &TextRenderer,
+        Format::Csv => &CsvRenderer,
+        Format::Json => &JsonRenderer,
+        Format::Markdown => &MarkdownRenderer,
+    }
+}
+
+/// Render `doc` to a string.
+pub fn render_to_string(format: Format, doc: &Document) -> String {
+    let mut buf = Vec::new();
+    renderer(format)
+        .render(doc, &mut buf)
+        .expect("writing to a Vec cannot fail");
+    String::from_utf8(buf).expect("renderers write UTF-8")
+}
+
+/// Aligned plain-text tables: numbers right-aligned, text left-aligned.
+pub struct TextRenderer;
+
+impl Renderer for TextRenderer {
+    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
+        for (i, section) in doc.sections.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            if let Some(title) = &section.title {
+                writeln!(out, "{title}")?;
+                writeln!(out)?;
+            }
+            write_aligned(&section.table, out)?;
+            for note in &section.notes {
+                writeln!(out, "{note}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_aligned(table: &Table, out: &mut dyn Write) -> io::Result<()> {
+    let cells: Vec<Vec<String>> = table
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| match c {
+                    Cell::Missing => "-".to_owned(),
+                    c => c.display(),
+                })
+                .collect()
+        })
+        .collect();
+    let mut widths: Vec<usize> = table.columns.iter().map(|c| c.chars().count()).collect();
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let numeric: Vec<bool> = (0..table.columns.len())
+        .map(|i| {
+            table
+                .rows
+                .iter()
+                .all(|r| r[i].is_numeric() || r[i] == Cell::Missing)
+                && !table.rows.is_empty()
+        })
+        .collect();
+    let line = |out: &mut dyn Write, row: &[String]| -> io::Result<()> {
+        let mut parts = Vec::with_capacity(row.len());
+        for (i, c) in row.iter().enumerate() {
+            let pad = widths[i].saturating_sub(c.chars().count());
+            let last = i + 1 == row.len();
+            parts.push(if numeric[i] {
+                format!("{}{c}", " ".repeat(pad))
+            } else if last {
+                c.clone()
+            } else {
+                format!("{c}{}", " ".repeat(pad))
+            });
+        }
+        writeln!(out, "{}", parts.join("  ").trim_end())
+    };
+    line(out, &table.columns)?;
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line(out, &rule)?;
+    for row in &cells {
+        line(out, row)?;
+    }
+    Ok(())
+}
+
+/// RFC 4180 CSV; several sections are separated by a blank line.
+pub struct CsvRenderer;
+
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+impl Renderer for CsvRenderer {
+    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
+        for (i, section) in doc.sections.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            let header: Vec<String> = section.table.columns.iter().map(|c| csv_field(c)).collect();
+            writeln!(out, "{}", header.join(","))?;
+            for row in &section.table.rows {
+                let fields: Vec<String> = row.iter().map(|c| csv_field(&c.display())).collect();
+                writeln!(out, "{}", fields.join(","))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// JSON: the document's own value, else one array of row objects (or an object of them keyed by
+/// section title when there are several sections).
+pub struct JsonRenderer;
+
+impl Renderer for JsonRenderer {
+    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
+        let value = match &doc.json {
+            Some(v) => v.clone(),
+            None if doc.sections.len() == 1 => doc.sections[0].table.to_json(),
+            None => {
+                let mut obj = Map::new();
+                for (i, s) in doc.sections.iter().enumerate() {
+                    let key = s.title.clone().unwrap_or_else(|| format!("table_{i}"));
+                    obj.insert(key, s.table.to_json());
+                }
+                Value::Object(obj)
+            }
+        };
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)
+    }
+}
+
+/// GitHub-flavoured Markdown tables, ready to paste into a report.
+pub struct MarkdownRenderer;
+
+pub fn markdown_escape(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+impl Renderer for MarkdownRenderer {
+    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
+        for (i, section) in doc.sections.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            if let Some(title) = &section.title {
+                writeln!(out, "### {title}")?;
+                writeln!(out)?;
+            }
+            write_markdown_table(&section.table, out)?;
+            if !section.notes.is_empty() {
+                writeln!(out)?;
+                for note in &section.notes {
+                    writeln!(out, "{note}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One Markdown table (numeric columns right-aligned).
+pub fn write_markdown_table(table: &Table, out: &mut dyn Write) -> io::Result<()> {
+    let header: Vec<String> = table.columns.iter().map(|c| markdown_escape(c)).collect();
+    writeln!(out, "| {} |", header.join(" | "))?;
+    let align: Vec<&str> = (0..table.columns.len())
+        .map(|i| {
+            let numeric = !table.rows.is_empty()
+                && table
+                    .rows
+                    .iter()
+                    .all(|r| r[i].is_numeric() || r[i] == Cell::Missing);
+            if numeric {
+                "---:"
+            } else {
+                "---"
+            }
+        })
+        .collect();
+    writeln!(out, "| {} |", align.join(" | "))?;
+    for row in &table.rows {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|c| match c {
+                Cell::Missing => "-".to_owned(),
+                c => markdown_escape(&c.display()),
+            })
+            .collect();
+        writeln!(out, "| {} |", cells.join(" | "))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Document {
+        let mut t = Table::new(["Total Time (ns)", "Avg (ns)", "Name"]);
+        t.push(vec![
+            Cell::Int(10882460),
+            Cell::Float(37268.65, 1),
+            Cell::text("gemm, \"tn\""),
+        ]);
+        t.push(vec![Cell::Int(5), Cell::Float(2.5, 1), Cell::text("a|b")]);
+        Document::single(t)
+    }
+
+    #[test]
+    fn csv_quotes_fields_and_prints_fixed_decimals() {
+        let s = render_to_string(Format::Csv, &sample());
+        assert_eq!(
+            s,
+            "Total Time (ns),Avg (ns),Name\n10882460,37268.6,\"gemm, \"\"tn\"\"\"\n5,2.5,a|b\n"
+        );
+    }
+
+    #[test]
+    fn markdown_escapes_pipes_and_right_aligns_numbers() {
+        let s = render_to_string(Format::Markdown, &sample());
+        assert!(s.contains("| ---: | ---: | --- |"));
+        assert!(s.contains("a\\|b"));
+    }
+
+    #[test]
+    fn json_keeps_full_precision() {
+        let s = render_to_string(Format::Json, &sample());
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v[0]["Avg (ns)"], 37268.65);
+        assert_eq!(v[1]["Name"], "a|b");
+    }
+
+    #[test]
+    fn text_table_aligns_columns() {
+        let s = render_to_string(Format::Table, &sample());
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[2].starts_with("       10882460"));
+    }
+
+    #[test]
+    fn negative_zero_prints_as_zero() {
+        assert_eq!(format_fixed(-0.01, 1), "0.0");
+        assert_eq!(format_fixed(-0.06, 1), "-0.1");
+    }
+}
