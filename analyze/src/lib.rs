@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod ingest;
+pub mod kernel_name;
 pub mod memory;
 pub mod model;
 pub mod render;
