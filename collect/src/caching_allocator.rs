@@ -373,6 +373,11 @@ impl<B: Backend> CachingAllocator<B> {
         self.context.module(name)
     }
 
+    /// A phase frame popped when the guard drops.
+    pub fn phase(&self, name: &str) -> FrameGuard {
+        self.context.phase(name)
+    }
+
     /// Start recording history (`_record_memory_history(max_entries=...)`): every later event
     /// is kept, up to `max_entries` (the oldest are dropped beyond). Starting again clears what
     /// was recorded.
