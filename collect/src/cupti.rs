@@ -635,7 +635,8 @@ impl CuptiTracer {
         })
     }
 
-    /// Deliver every record completed so far (including partly filled buffers).
+    /// Deliver every record completed so far (including partly filled buffers). Synchronize the
+    /// device first: a kernel still running is delivered by a later flush.
     pub fn flush(&self) -> Result<(), CuptiError> {
         activity::flush_all(FLUSH_FORCED)
     }
@@ -663,7 +664,9 @@ impl CuptiTracer {
         }
     }
 
-    /// Flush, stop tracing and hand over what was collected.
+    /// Flush, stop tracing and hand over what was collected (synchronize the device first).
+    /// Turn the activities into records with [`RecordConverter::convert`], naming API calls with
+    /// [`CuptiTracer::api_name`].
     pub fn stop(self) -> Result<CollectedActivities, CuptiError> {
         let flushed = self.flush();
         let c = shut_down();
