@@ -7,8 +7,12 @@
 
 pub mod error;
 pub mod ingest;
+pub mod kernel_class;
+pub mod kernel_label;
 pub mod memory;
 pub mod model;
+pub mod phases;
+pub mod profile;
 pub mod render;
 pub mod stats;
 
