@@ -2,7 +2,7 @@
 //!
 //! A demangled PyTorch kernel name runs to 400 characters of namespaces, casts, lambdas and
 //! parameter lists; what tells two kernels apart is the template and its functor
-//! (`vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, array<char *, 3>>`). [`display_name`]
+//! (`vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>`). [`display_name`]
 //! keeps that and drops the rest. It is for display only: grouping and JSON use the full name.
 
 use std::sync::OnceLock;
@@ -16,6 +16,7 @@ struct Patterns {
     namespace: Regex,
     parens: Regex,
     spaces: Regex,
+    char_array: Regex,
 }
 
 fn patterns() -> &'static Patterns {
@@ -32,6 +33,7 @@ fn patterns() -> &'static Patterns {
         // Innermost parenthesised groups: parameter lists, after casts are gone.
         parens: Regex::new(r"\([^()]*\)").expect("valid"),
         spaces: Regex::new(r"\s+").expect("valid"),
+        char_array: Regex::new(r", (?:array|Array)<char \*, \d+>").expect("valid"),
     })
 }
 
@@ -55,13 +57,92 @@ pub fn display_name(name: &str, max: usize) -> String {
         s = next;
     }
     s = p.spaces.replace_all(s.trim(), " ").into_owned();
+    // PyTorch's launch wrappers and the pointer array of its elementwise kernels say nothing
+    // about the operation; repeated scalar types (`float, float, float`) say it three times.
+    for wrapper in ["gpu_kernel_impl_nocast", "gpu_kernel_impl"] {
+        s = unwrap_template(&s, wrapper);
+    }
+    s = p.char_array.replace_all(&s, "").into_owned();
+    s = collapse_repeats(&s);
     if s.is_empty() {
         s = name.to_owned();
     }
     truncate(&s, max)
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// `s` with every `wrapper<inner>` replaced by `inner`.
+fn unwrap_template(s: &str, wrapper: &str) -> String {
+    let mut out = s.to_owned();
+    let open = format!("{wrapper}<");
+    while let Some(start) = out.find(&open) {
+        // The wrapper's name must not be the tail of a longer identifier.
+        let prev = out[..start].chars().next_back();
+        if prev.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            break;
+        }
+        let inner_start = start + open.len();
+        let mut depth = 1usize;
+        let mut end = None;
+        for (i, c) in out[inner_start..].char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(inner_start + i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        out = format!(
+            "{}{}{}",
+            &out[..start],
+            &out[inner_start..end],
+            &out[end + 1..]
+        );
+    }
+    out
+}
+
+/// `s` with runs of one plain type argument (`float, float, float`) cut to one.
+fn collapse_repeats(s: &str) -> String {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = s.to_owned();
+    let mut from = 0;
+    while let Some(pos) = out[from..].find(", ").map(|p| p + from) {
+        let before_start = out[..pos]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !is_word(c))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let before = &out[before_start..pos];
+        let after_start = pos + 2;
+        let after_len = out[after_start..]
+            .char_indices()
+            .find(|&(_, c)| !is_word(c))
+            .map_or(out.len() - after_start, |(i, _)| i);
+        let after = &out[after_start..after_start + after_len];
+        let next = out[after_start + after_len..].chars().next();
+        // Only plain words (not `Foo<...>` or numbers) that are the same on both sides.
+        if !before.is_empty()
+            && before == after
+            && !before.starts_with(|c: char| c.is_ascii_digit())
+            && next != Some('<')
+        {
+            out.replace_range(pos..after_start + after_len, "");
+            from = before_start;
+        } else {
+            from = after_start;
+        }
+    }
+    out
+}
+
+/// `s` cut to at most `max` characters, an ellipsis marking a cut.
+pub fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_owned();
     }
@@ -78,15 +159,29 @@ mod tests {
     fn pytorch_names_keep_template_and_functor() {
         assert_eq!(
             display_name("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, std::array<char *, (unsigned long)3>>(int, T2, T3)", 200),
-            "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, array<char *, 3>>"
+            "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>"
         );
         assert_eq!(
             display_name("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() (instance 7)]::operator ()() const::[lambda(float) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)", 200),
-            "elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda>>"
+            "elementwise_kernel<128, 2, direct_copy_kernel_cuda>"
         );
         assert_eq!(
             display_name("void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)2>, at::native::<unnamed>::TernaryOpScalarFunctor<float, (int)2, (int)2, (int)0>, at::native::LerpFunctor<float>, float>(T1, T2, T3...)", 200),
             "multi_tensor_apply_kernel<TensorListMetadata<2>, TernaryOpScalarFunctor<float, 2, 2, 0>, LerpFunctor<float>, float>"
+        );
+    }
+
+    #[test]
+    fn wrappers_and_repeated_types_go() {
+        // Two kernels that differ only in their functor must stay apart within 72 characters.
+        let mul = display_name("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float>>>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)", 72);
+        assert_eq!(
+            mul,
+            "elementwise_kernel<128, 2, BinaryFunctor<float, MulFunctor<float>>>"
+        );
+        assert_eq!(
+            display_name("void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16, float, __nv_bfloat16, (bool)0, float, __nv_bfloat16, __nv_bfloat16, (bool)1, (bool)0, (bool)0, (bool)0>(cublasLt::cublasSplitKParams<T6>, const T4 *)", 200),
+            "splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, 0, float, __nv_bfloat16, 1, 0, 0, 0>"
         );
     }
 

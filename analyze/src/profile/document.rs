@@ -67,8 +67,10 @@ impl Profile {
         }
         let steps_text = if self.measured_steps > 0 {
             format!(
-                "{} measured steps (`{}`)",
-                self.measured_steps, self.step_pattern
+                "{} measured step{} (`{}`)",
+                self.measured_steps,
+                if self.measured_steps == 1 { "" } else { "s" },
+                self.step_pattern
             )
         } else {
             "no step ranges".to_owned()

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::kernel_class::{Classifier, KernelClass};
-use crate::kernel_label::display_name;
+use crate::kernel_label::{display_name, truncate};
 use crate::model::{Nanos, StrId, Trace};
 use crate::phases::{find_steps, select, Attribution, Launches, Selection};
 
@@ -335,7 +335,7 @@ fn range_names_hint(trace: &Trace) -> Option<String> {
     let list: Vec<String> = names
         .iter()
         .take(SHOWN)
-        .map(|(n, c)| format!("`{}` x{c}", display_name(trace.name(*n), 40)))
+        .map(|(n, c)| format!("`{}` x{c}", truncate(trace.name(*n), 60)))
         .collect();
     let more = names.len().saturating_sub(SHOWN);
     Some(format!(
@@ -452,7 +452,7 @@ fn summarize(
     let mut kernel_share = |&(n, short, t, c): &(StrId, StrId, i64, usize)| KernelShare {
         name: trace.name(n).to_owned(),
         short_name: trace.name(short).to_owned(),
-        display_name: display_name(trace.name(n), 72),
+        display_name: display_name(trace.name(n), 80),
         class: cache.get(trace, n),
         total_ns: t,
         share: share(t),
