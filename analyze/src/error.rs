@@ -55,6 +55,14 @@ pub enum Error {
     /// The file is of a known format but its content is broken or of an unexpected shape.
     #[error("{}: {message}", path.display())]
     Malformed { path: PathBuf, message: String },
+
+    /// A kernel-classes file (`--classes`) that cannot be used.
+    #[error("{}: kernel classes: {message}", path.display())]
+    KernelClasses { path: PathBuf, message: String },
+
+    /// A trace that lacks what a profile needs (no kernels, no CUDA API calls, ...).
+    #[error("{}: nothing to profile: {message}", path.display())]
+    NothingToProfile { path: PathBuf, message: String },
 }
 
 fn describe_tables(tables: &[String]) -> String {

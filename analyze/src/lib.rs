@@ -8,9 +8,13 @@
 pub mod compare;
 pub mod error;
 pub mod ingest;
+pub mod kernel_class;
+pub mod kernel_label;
 pub mod kernel_name;
 pub mod memory;
 pub mod model;
+pub mod phases;
+pub mod profile;
 pub mod render;
 pub mod stats;
 

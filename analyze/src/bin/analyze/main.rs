@@ -3,6 +3,7 @@
 //! (`compare --fail-if-slower`), 2 for bad input or usage.
 
 mod compare;
+mod profile;
 mod stats;
 
 use std::io::Write;
@@ -25,6 +26,8 @@ enum Command {
     Stats(stats::Args),
     /// Compare two GPU traces: per-kernel, per-family and per-range deltas; --fail-if-slower for CI.
     Compare(compare::Args),
+    /// Per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul inside attention.
+    Profile(profile::Args),
 }
 
 /// What a subcommand asks `main` to do once it has finished.
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Stats(args) => stats::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Profile(args) => profile::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,114 @@
+//! `analyze profile`: per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul.
+
+use std::path::PathBuf;
+
+use analyze::phases::Attribution;
+use analyze::profile::{self, ProfileOptions, DEFAULT_STEPS};
+use analyze::render::{render_to_string, Format};
+use anyhow::Context;
+use regex::Regex;
+
+use crate::Outcome;
+
+const ATTRIBUTION_HELP: &str = "\
+How kernels are attributed to NVTX ranges. A kernel belongs to a range when the CUDA call that \
+launched it (matched by correlation id) starts inside the range.
+  process (default): the launch call may be on any thread of the range's process.
+  thread: the launch call must be on the range's own thread (Nsight Systems' rule, as in \
+nvtx_kern_sum and nvtx_gpu_proj_sum).
+Process is the default because PyTorch pushes `backward` on the main thread while autograd \
+launches the backward kernels from a thread of its own: under the thread rule `backward` gets \
+only the dozen kernels the main thread launched.";
+
+/// Per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul inside attention.
+#[derive(clap::Args)]
+#[command(
+    after_long_help = "Per phase (NVTX ranges `forward`, `backward`, `optimizer` by default) over the \
+measured steps (ranges `step_N`): steps, wall time and GPU-projected time per step, kernel time, \
+GEMM fraction, the kernel with the most time (share, calls per step) and the top non-GEMM \
+kernels, time by kernel class; then the same for the measured steps as a whole and the whole \
+trace, and inside attention the kernel time of the QK matmul, softmax and V matmul ranges with \
+the softmax/matmul ratio beside the FLOP ratio 5/(4*head_dim).\n\n\
+Warm-up iterations whose phase ranges lie outside any step range are left out. Without step \
+ranges every phase range counts as one step."
+)]
+pub struct Args {
+    /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep), or a Kineto trace.
+    pub file: PathBuf,
+    #[arg(long, default_value = "process", value_parser = parse_attribution, long_help = ATTRIBUTION_HELP)]
+    pub attribution: Attribution,
+    /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
+    /// Regular expression naming the measured step ranges.
+    #[arg(long, value_name = "REGEX", default_value = DEFAULT_STEPS, value_parser = parse_regex)]
+    pub steps: Regex,
+    /// NVTX range names to report as phases, comma-separated.
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        default_value = "forward,backward,optimizer"
+    )]
+    pub phases: Vec<String>,
+    /// One more phase, named in full (for names that hold commas); may be repeated.
+    #[arg(long, value_name = "NAME")]
+    pub phase: Vec<String>,
+    /// Names of the QK matmul, softmax and V matmul ranges inside attention, comma-separated.
+    #[arg(
+        long,
+        value_name = "QK,SOFTMAX,V",
+        value_delimiter = ',',
+        num_args = 1,
+        default_value = "attention_matmul_QK,attention_softmax,attention_matmul_V"
+    )]
+    pub attention_ranges: Vec<String>,
+    /// Attention head dimension, for the FLOP ratio 5/(4*head_dim).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub head_dim: Option<u32>,
+    /// Non-GEMM kernels to list per phase.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub top: usize,
+    /// Output format: table, csv, json or markdown.
+    #[arg(long, short = 'f', default_value = "table")]
+    pub format: Format,
+}
+
+fn parse_attribution(s: &str) -> Result<Attribution, String> {
+    s.parse()
+}
+
+fn parse_regex(s: &str) -> Result<Regex, String> {
+    Regex::new(s).map_err(|e| format!("not a regular expression: {e}"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let attention: [String; 3] = args.attention_ranges.try_into().map_err(|v: Vec<String>| {
+        anyhow::anyhow!(
+            "--attention-ranges takes three names (QK,SOFTMAX,V), got {}",
+            v.len()
+        )
+    })?;
+    let phases: Vec<String> = args
+        .phases
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .chain(args.phase)
+        .collect();
+    let opts = ProfileOptions {
+        attribution: args.attribution,
+        steps: args.steps,
+        phases,
+        attention,
+        head_dim: args.head_dim,
+        top: args.top,
+    };
+    let classifier = profile::classifier(args.classes.as_deref())?;
+    let trace = analyze::ingest::load_trace(&args.file)?;
+    profile::check_profilable(&trace)?;
+    let result = profile::profile(&trace, &classifier, &opts);
+    crate::print(&render_to_string(args.format, &result.document()))
+        .with_context(|| "writing the profile")?;
+    Ok(Outcome::Success)
+}

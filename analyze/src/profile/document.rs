@@ -1,0 +1,183 @@
+//! [`Profile::document`]: a profile as tables (phases, top non-GEMM kernels, time by class,
+//! attention), laid out like the tables of a profiling write-up: milliseconds with three
+//! decimals, percentages with one. The JSON view is the serialised [`Profile`] itself.
+
+use crate::kernel_class::KernelClass;
+use crate::render::{Cell, Document, Section, Table};
+
+use super::{per_step, PhaseProfile, Profile};
+
+fn ms(ns: f64) -> Cell {
+    Cell::Float(ns / 1e6, 3)
+}
+
+fn opt_ms(ns: Option<f64>) -> Cell {
+    ns.map_or(Cell::Missing, ms)
+}
+
+fn pct(f: f64) -> Cell {
+    Cell::Float(f * 100.0, 1)
+}
+
+impl Profile {
+    /// The profile as tables: phases, top non-GEMM kernels, time by class, attention.
+    pub fn document(&self) -> Document {
+        let rows: Vec<&PhaseProfile> = self
+            .phases
+            .iter()
+            .chain(self.step.iter())
+            .chain(std::iter::once(&self.whole_trace))
+            .collect();
+
+        let mut phases = Table::new([
+            "Phase",
+            "Steps",
+            "Wall/step (ms)",
+            "GPU proj/step (ms)",
+            "Kernel/step (ms)",
+            "Kernels/step",
+            "Kernel total (ms)",
+            "GEMM %",
+            "Top kernel",
+            "Top share %",
+            "Top calls/step",
+        ]);
+        for p in &rows {
+            let top = p.top_kernel.as_ref();
+            phases.push(vec![
+                Cell::text(&p.name),
+                if p.steps > 0 {
+                    Cell::Int(p.steps as i64)
+                } else {
+                    Cell::Missing
+                },
+                opt_ms(p.wall_ns_per_step),
+                opt_ms(p.gpu_proj_ns_per_step),
+                opt_ms(p.kernel_ns_per_step),
+                per_step(p.kernels as f64, p.steps)
+                    .filter(|_| p.ranges > 0)
+                    .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+                ms(p.kernel_ns as f64),
+                p.gemm_fraction.map_or(Cell::Missing, pct),
+                top.map_or(Cell::Missing, |t| Cell::text(&t.display_name)),
+                top.map_or(Cell::Missing, |t| pct(t.share)),
+                top.and_then(|t| t.instances_per_step)
+                    .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            ]);
+        }
+        let steps_text = if self.measured_steps > 0 {
+            format!(
+                "{} measured step{} (`{}`)",
+                self.measured_steps,
+                if self.measured_steps == 1 { "" } else { "s" },
+                self.step_pattern
+            )
+        } else {
+            "no step ranges".to_owned()
+        };
+        let mut notes = vec![format!(
+            "Kernels attributed to NVTX ranges by their launch call ({} rule); {steps_text}. GEMM % and shares are of kernel time.",
+            self.attribution.as_str()
+        )];
+        notes.extend(self.notes.iter().map(|n| format!("note: {n}")));
+        let mut sections = vec![Section {
+            title: Some(format!(
+                "Phases ({} attribution)",
+                self.attribution.as_str()
+            )),
+            table: phases,
+            notes,
+        }];
+
+        let mut top = Table::new([
+            "Phase",
+            "Kernel",
+            "Class",
+            "Share %",
+            "Total (ms)",
+            "Calls",
+            "Calls/step",
+        ]);
+        for p in &rows {
+            for k in &p.top_non_gemm {
+                top.push(vec![
+                    Cell::text(&p.name),
+                    Cell::text(&k.display_name),
+                    Cell::text(k.class.label()),
+                    pct(k.share),
+                    ms(k.total_ns as f64),
+                    Cell::Int(k.instances as i64),
+                    k.instances_per_step
+                        .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+                ]);
+            }
+        }
+        sections.push(Section {
+            title: Some("Top non-GEMM kernels".into()),
+            table: top,
+            notes: Vec::new(),
+        });
+
+        let mut present: Vec<KernelClass> = rows
+            .iter()
+            .flat_map(|p| p.classes.iter().map(|c| c.class))
+            .collect();
+        present.sort();
+        present.dedup();
+        let mut columns = vec!["Phase".to_owned()];
+        columns.extend(present.iter().map(|c| format!("{} %", c.label())));
+        let mut classes = Table::new(columns);
+        for p in &rows {
+            let mut row = vec![Cell::text(&p.name)];
+            for c in &present {
+                let share = p.classes.iter().find(|s| s.class == *c).map(|s| s.share);
+                row.push(pct(share.unwrap_or(0.0)));
+            }
+            classes.push(row);
+        }
+        sections.push(Section {
+            title: Some("Kernel time by class".into()),
+            table: classes,
+            notes: Vec::new(),
+        });
+
+        if let Some(a) = &self.attention {
+            let mut t = Table::new([
+                "Range",
+                "Instances",
+                "Wall (ms)",
+                "GPU proj (ms)",
+                "Kernel (ms)",
+                "Kernels",
+            ]);
+            for r in [&a.qk, &a.softmax, &a.v] {
+                t.push(vec![
+                    Cell::text(&r.name),
+                    Cell::Int(r.ranges as i64),
+                    ms(r.wall_ns as f64),
+                    ms(r.gpu_proj_ns as f64),
+                    ms(r.kernel_ns as f64),
+                    Cell::Int(r.kernels as i64),
+                ]);
+            }
+            let fmt_ratio = |r: Option<f64>| r.map_or("-".to_owned(), |v| format!("{v:.3}"));
+            let flops = match (a.head_dim, a.flop_ratio) {
+                (Some(d), Some(r)) => format!("FLOP ratio 5/(4·{d}) = {r:.4}"),
+                _ => "FLOP ratio 5/(4·head_dim): pass --head-dim".to_owned(),
+            };
+            sections.push(Section {
+                title: Some("Attention: softmax vs matmul".into()),
+                table: t,
+                notes: vec![format!(
+                    "softmax/matmul kernel time {} (wall {}); {flops}",
+                    fmt_ratio(a.ratio),
+                    fmt_ratio(a.wall_ratio)
+                )],
+            });
+        }
+        Document {
+            sections,
+            json: serde_json::to_value(self).ok(),
+        }
+    }
+}
