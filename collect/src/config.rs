@@ -81,13 +81,13 @@ impl ModelConfig {
                 "d_model, d_ff, layers and heads must all be positive".to_owned(),
             ));
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return Err(Error::InvalidConfig(format!(
                 "d_model {} is not a multiple of heads {}",
                 self.d_model, self.heads
             )));
         }
-        if self.d_head() % 2 != 0 {
+        if !self.d_head().is_multiple_of(2) {
             return Err(Error::InvalidConfig(format!(
                 "the head width d_model/heads = {} must be even for RoPE",
                 self.d_head()
@@ -267,7 +267,10 @@ mod tests {
 
     #[test]
     fn modes_and_precisions_parse() {
-        assert_eq!("forward-backward".parse::<Mode>().unwrap(), Mode::ForwardBackward);
+        assert_eq!(
+            "forward-backward".parse::<Mode>().unwrap(),
+            Mode::ForwardBackward
+        );
         assert_eq!("bf16".parse::<Precision>().unwrap(), Precision::Bf16);
         assert!("fp16".parse::<Precision>().is_err());
     }

@@ -78,11 +78,13 @@ impl StreamOrderedAllocator {
 impl Allocator for StreamOrderedAllocator {
     fn allocate(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
         // SAFETY: our stream is alive as long as the Gpu that owns this allocator.
-        unsafe { cu::malloc_async(self.stream, bytes.max(1)) }.map_err(|e| match Error::cuda("cuMemAllocAsync", e) {
-            Error::OutOfMemory { .. } => Error::OutOfMemory {
-                what: format!("allocating {bytes} bytes"),
-            },
-            other => other,
+        unsafe { cu::malloc_async(self.stream, bytes.max(1)) }.map_err(|e| {
+            match Error::cuda("cuMemAllocAsync", e) {
+                Error::OutOfMemory { .. } => Error::OutOfMemory {
+                    what: format!("allocating {bytes} bytes"),
+                },
+                other => other,
+            }
         })
     }
 
@@ -223,34 +225,42 @@ pub struct DeviceInfo {
     pub multiprocessors: i32,
 }
 
-/// The GPU: context, stream and memory.
+/// The GPU: context, stream and memory. Fields drop in declaration order: memory before the
+/// stream it frees on, the stream before the context.
 pub struct Gpu {
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
     pub memory: DeviceMemory,
+    pub stream: Arc<CudaStream>,
+    pub ctx: Arc<CudaContext>,
     pub info: DeviceInfo,
+}
+
+/// The number of CUDA devices, or why there are none (no driver library, a driver that does not
+/// start, zero devices). Creates no context.
+pub fn probe() -> Result<usize> {
+    // SAFETY: only probes whether the driver library can be loaded.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::NoDevice {
+            reason: "the CUDA driver library libcuda.so was not found".to_owned(),
+        });
+    }
+    cu::init().map_err(|e| Error::NoDevice {
+        reason: format!("cuInit failed: {e}"),
+    })?;
+    let count = cu::device::get_count().map_err(|e| Error::NoDevice {
+        reason: format!("cuDeviceGetCount failed: {e}"),
+    })?;
+    if count < 1 {
+        return Err(Error::NoDevice {
+            reason: "the driver reports no devices".to_owned(),
+        });
+    }
+    Ok(count as usize)
 }
 
 impl Gpu {
     /// Open device 0, or say plainly why there is none.
     pub fn open() -> Result<Gpu> {
-        // SAFETY: only probes whether the driver library can be loaded.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::NoDevice {
-                reason: "the CUDA driver library libcuda.so was not found".to_owned(),
-            });
-        }
-        cu::init().map_err(|e| Error::NoDevice {
-            reason: format!("cuInit failed: {e}"),
-        })?;
-        let count = cu::device::get_count().map_err(|e| Error::NoDevice {
-            reason: format!("cuDeviceGetCount failed: {e}"),
-        })?;
-        if count < 1 {
-            return Err(Error::NoDevice {
-                reason: "the driver reports no devices".to_owned(),
-            });
-        }
+        probe()?;
         let ctx = CudaContext::new(0).during("cuDevicePrimaryCtxRetain")?;
         // All work is on one stream and our buffers are raw pointers: cudarc's per-slice event
         // tracking would only add calls.
@@ -268,9 +278,9 @@ impl Gpu {
                 .during("cuDeviceGetAttribute")?,
         };
         Ok(Gpu {
-            ctx,
-            stream,
             memory: DeviceMemory::with_allocator(Box::new(allocator)),
+            stream,
+            ctx,
             info,
         })
     }
@@ -327,11 +337,12 @@ impl Gpu {
 fn driver_version() -> String {
     if let Ok(text) = std::fs::read_to_string("/proc/driver/nvidia/version") {
         // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
-        if let Some(v) = text
-            .lines()
-            .next()
-            .and_then(|l| l.split_whitespace().find(|w| w.chars().filter(|c| *c == '.').count() >= 1 && w.chars().all(|c| c.is_ascii_digit() || c == '.')))
-        {
+        if let Some(v) = text.lines().next().and_then(|l| {
+            l.split_whitespace().find(|w| {
+                w.chars().filter(|c| *c == '.').count() >= 1
+                    && w.chars().all(|c| c.is_ascii_digit() || c == '.')
+            })
+        }) {
             return v.to_owned();
         }
     }

@@ -33,7 +33,9 @@ pub fn nvrtc_available() -> bool {
 /// Compile every kernel file to PTX for `arch` (`sm_90`). Needs NVRTC, not a GPU.
 pub fn compile_all(arch: &str) -> Result<Vec<(&'static str, Ptx)>> {
     if !nvrtc_available() {
-        return Err(Error::MissingLibrary { library: "libnvrtc" });
+        return Err(Error::MissingLibrary {
+            library: "libnvrtc",
+        });
     }
     SOURCES
         .iter()
@@ -87,9 +89,11 @@ impl Kernels {
     }
 
     pub fn get(&self, name: &str) -> Result<&CudaFunction> {
-        self.functions.get(name).ok_or_else(|| Error::MissingKernel {
-            name: name.to_owned(),
-        })
+        self.functions
+            .get(name)
+            .ok_or_else(|| Error::MissingKernel {
+                name: name.to_owned(),
+            })
     }
 }
 
@@ -134,7 +138,10 @@ mod tests {
             "cross_entropy_f32",
             "adamw_x4",
         ] {
-            assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{expected} missing from {names:?}"
+            );
         }
     }
 

@@ -98,7 +98,12 @@ impl ParamLayout {
             });
             offset
         };
-        let embedding = push_with("emb".into(), vec![v, d], Init::TruncNormal { std: 1.0 }, true);
+        let embedding = push_with(
+            "emb".into(),
+            vec![v, d],
+            Init::TruncNormal { std: 1.0 },
+            true,
+        );
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let sq = Init::TruncNormal {
@@ -149,7 +154,6 @@ impl ParamLayout {
     pub fn parameters(&self) -> usize {
         self.tensors.iter().map(ParamTensor::len).sum()
     }
-
 }
 
 #[cfg(test)]
@@ -172,9 +176,17 @@ mod tests {
         let c = ModelConfig::preset("small").unwrap();
         let l = ParamLayout::new(&c);
         let d = c.d_model;
-        let k = l.tensors.iter().find(|t| t.name == "layers.3.k.weight").unwrap();
+        let k = l
+            .tensors
+            .iter()
+            .find(|t| t.name == "layers.3.k.weight")
+            .unwrap();
         assert_eq!(k.offset, l.layers[3].wqkv + d * d);
-        let w3 = l.tensors.iter().find(|t| t.name == "layers.3.w3.weight").unwrap();
+        let w3 = l
+            .tensors
+            .iter()
+            .find(|t| t.name == "layers.3.w3.weight")
+            .unwrap();
         assert_eq!(w3.offset, l.layers[3].w13 + c.d_ff * d);
         assert!(l.tensors.iter().all(|t| t.offset % ALIGN == 0));
         // Odd widths keep the stacks contiguous; only the stack's start is aligned.

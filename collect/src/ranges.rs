@@ -55,7 +55,8 @@ pub struct Range {
 /// Open a thread-local NVTX range named `name` (push/pop semantics, nested as called).
 pub fn range(name: &str) -> Range {
     // Names are ours and never hold NUL; fall back to a lossy copy rather than fail.
-    let c = CString::new(name).unwrap_or_else(|_| CString::new(name.replace('\0', " ")).unwrap());
+    let c = CString::new(name)
+        .unwrap_or_else(|_| CString::new(name.replace('\0', " ")).expect("NULs were replaced"));
     // SAFETY: NVTX copies the message during the call; `c` outlives it.
     unsafe {
         collect_nvtx_range_push(c.as_ptr());
