@@ -251,3 +251,56 @@ fn training_lowers_the_loss() {
         assert!(losses[7] < 0.9 * losses[0], "{precision}: {losses:?}");
     }
 }
+
+/// Records range names with their nesting depth.
+struct Names(std::rc::Rc<std::cell::RefCell<Vec<(usize, String)>>>, usize);
+
+impl collect::ranges::RangeRecorder for Names {
+    fn push(&mut self, name: &str, _: std::time::Instant) {
+        self.0.borrow_mut().push((self.1, name.to_owned()));
+        self.1 += 1;
+    }
+    fn pop(&mut self, _: std::time::Instant) {
+        self.1 -= 1;
+    }
+}
+
+#[test]
+fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
+    let Some(rt) = runtime() else { return };
+    let run = tiny(Mode::Train, Precision::Bf16);
+    let names = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    collect::ranges::set_recorder(Some(Box::new(Names(names.clone(), 0))));
+    let m = collect::bench::run_one(&rt, &run, 1, 2, 0).unwrap();
+    collect::ranges::set_recorder(None);
+
+    let step: Vec<(usize, String)> = {
+        let mut v = vec![(0, "forward".to_owned())];
+        for _ in 0..run.model.layers {
+            for n in [
+                "attention_matmul_QK",
+                "attention_softmax",
+                "attention_matmul_V",
+            ] {
+                v.push((1, n.to_owned()));
+            }
+        }
+        v.push((0, "backward".to_owned()));
+        v.push((0, "optimizer".to_owned()));
+        v
+    };
+    let mut expected = vec![(0, "warmup".to_owned())];
+    expected.extend(step.iter().map(|(d, n)| (d + 1, n.clone())));
+    expected.push((0, "measurement".to_owned()));
+    for i in 0..2 {
+        expected.push((1, format!("step_{i}")));
+        expected.extend(step.iter().map(|(d, n)| (d + 2, n.clone())));
+    }
+    assert_eq!(*names.borrow(), expected);
+
+    // The plan's memory model follows the allocations one for one.
+    let planned = collect::plan::plan(&run).memory.peak;
+    assert_eq!(m.memory.peak, planned, "measured peak vs plan");
+    assert_eq!(m.host_ms.len(), 2);
+    assert!(m.event.mean > 0.0 && m.host.mean >= m.event.mean * 0.5);
+}

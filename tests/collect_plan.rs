@@ -90,3 +90,37 @@ fn custom_dimensions_are_counted() {
     assert_eq!(v["parameters"].as_u64(), Some(expected));
     assert_eq!(v["config"]["size"], "custom(d64,ff172,L2,H4)");
 }
+
+#[test]
+fn planned_peak_equals_the_peak_measured_on_the_h200() {
+    use std::io::Read;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/collect/bench_grid_h200.json.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("fixture present"))
+        .read_to_string(&mut text)
+        .expect("gzip JSON");
+    let grid: Value = serde_json::from_str(&text).expect("results JSON");
+    let results = grid["results"].as_array().expect("results");
+    assert_eq!(results.len(), 80);
+    for r in results {
+        let size = r["size"].as_str().unwrap();
+        let ctx = r["ctx"].as_u64().unwrap().to_string();
+        let mode = r["mode"].as_str().unwrap();
+        let precision = r["precision"].as_str().unwrap();
+        let v = plan(&[
+            "--size",
+            size,
+            "--ctx",
+            &ctx,
+            "--mode",
+            mode,
+            "--precision",
+            precision,
+        ]);
+        assert_eq!(
+            v["memory"]["peak"], r["memory"]["peak_bytes"],
+            "{size} ctx {ctx} {mode} {precision}"
+        );
+    }
+}

@@ -98,8 +98,16 @@ pub fn plan(run: &RunConfig) -> Plan {
     let persistent = parameters + gradients + optimizer_state + bf16_weights + other;
     let (activations, logits, transient_peak) = if run.mode.backward() {
         let kept = l * layer + final_norm;
-        // The peak is reached when the loss allocates the logits' gradient beside them.
-        (kept, 2 * logits_one, kept + 2 * logits_one)
+        // Candidates for the most alive at once in the backward (model.rs, in order):
+        // the loss allocating the logits' gradient beside them; in the last block, the gradient
+        // of the residual (fp32, and its bf16 copy) beside the FFN's dg and dh13 once g is
+        // freed; and the attention's dP and dV once the FFN's tensors are gone.
+        let dx = bt * d * 4 + if a == 2 { bt * d * 2 } else { 0 };
+        let at_loss = kept + 2 * logits_one;
+        let at_ffn = l * layer + dx + 2 * bt * f * a;
+        let at_attention = (l * layer + dx + b * h * t * t * a)
+            .saturating_sub(3 * bt * f * a + bt * d * 4 + bt * 4);
+        (kept, 2 * logits_one, at_loss.max(at_ffn).max(at_attention))
     } else {
         // Nothing is kept; a block's tensors and its output are alive at its end.
         let block = layer + bt * d * 4;
