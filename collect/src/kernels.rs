@@ -76,14 +76,13 @@ impl Kernels {
         let (major, minor) = ctx.compute_capability().during("cuDeviceGetAttribute")?;
         let arch = format!("sm_{major}{minor}");
         let mut functions = HashMap::new();
-        for (file, ptx) in compile_all(&arch)? {
+        for (_file, ptx) in compile_all(&arch)? {
             let names = kernel_names(&ptx.to_src());
             let module = ctx.load_module(ptx).during("cuModuleLoadData")?;
             for name in names {
                 let f = module.load_function(&name).during("cuModuleGetFunction")?;
                 functions.insert(name, f);
             }
-            let _ = file;
         }
         Ok(Kernels { functions })
     }

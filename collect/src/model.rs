@@ -230,7 +230,13 @@ impl<'r> Model<'r> {
     /// Replace the input tokens and targets (`batch * ctx` each).
     pub fn set_tokens(&mut self, tokens: &[i32], targets: &[i32]) -> Result<()> {
         let n = self.run.tokens();
-        assert!(tokens.len() == n && targets.len() == n);
+        if tokens.len() != n || targets.len() != n {
+            return Err(crate::Error::InvalidConfig(format!(
+                "expected {n} tokens and targets, got {} and {}",
+                tokens.len(),
+                targets.len()
+            )));
+        }
         self.tokens = self.rt.gpu.upload(DType::I32, tokens)?;
         self.targets = self.rt.gpu.upload(DType::I32, targets)?;
         Ok(())
@@ -919,7 +925,13 @@ impl<'r> Model<'r> {
 
     /// Overwrite the parameters with a flat buffer of the layout's length.
     pub fn upload_params(&mut self, flat: &[f32]) -> Result<()> {
-        assert_eq!(flat.len(), self.layout.total);
+        if flat.len() != self.layout.total {
+            return Err(crate::Error::InvalidConfig(format!(
+                "expected {} parameters (padding included), got {}",
+                self.layout.total,
+                flat.len()
+            )));
+        }
         let fresh = self.rt.gpu.upload(DType::F32, flat)?;
         self.params = fresh;
         Ok(())
