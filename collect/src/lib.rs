@@ -1,9 +1,30 @@
-//! `collect`: runs the CS336 transformer on an NVIDIA GPU and records what a profile needs.
+//! `collect`: the CS336 `BasicsTransformerLM` on an NVIDIA GPU through cudarc (forward, backward,
+//! AdamW; fp32 or autocast-style bf16), the benchmark harness that times it with NVTX ranges, a
+//! GPU-free plan of its parameters, FLOPs and memory, and the recorders that write what a profile
+//! needs: a PyTorch-format memory snapshot from its own caching allocator and an nsys-schema
+//! SQLite trace from CUPTI.
 
+pub mod atomic_file;
+pub mod bench;
+pub mod blas;
 pub mod caching_allocator;
+pub mod config;
 pub mod cupti;
+pub mod device;
+pub mod error;
+pub mod kernels;
 pub mod memory_history;
+pub mod model;
+pub mod numerics;
+pub mod ops;
+pub mod params;
 pub mod pickle_writer;
+pub mod plan;
+pub mod ranges;
+pub mod reference;
 pub mod run_metadata;
+pub mod safetensors;
 pub mod snapshot_writer;
 pub mod trace_db;
+
+pub use error::{Error, Result};

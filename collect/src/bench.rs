@@ -1,0 +1,485 @@
+//! `collect bench`: the benchmark harness. For every point of the grid (sizes × contexts × modes
+//! × precisions) it builds the model, runs the warm-up steps inside an NVTX `warmup` range and
+//! the timed steps inside `measurement`, each timed step inside `step_N`, synchronising after
+//! every step; each step is timed by CUDA events around it and by the host clock from its launch
+//! to the end of the synchronize (as a Python `perf_counter` around `step(); synchronize()`
+//! does). A configuration that runs out of device memory becomes an `OOM` row, everything it
+//! held is freed, and the sweep goes on.
+//!
+//! Statistics are pure functions ([`Stats::of`]); the table and the JSON results file are built
+//! from the rows ([`document`], [`results_json`]); writing the file is the caller's.
+
+use std::time::Instant;
+
+use analyze::render::{Cell, Document, Section, Table};
+use cudarc::driver::sys::CUevent_flags;
+use serde_json::{json, Value};
+
+use crate::config::{Mode, ModelConfig, Precision, RunConfig};
+use crate::device::DeviceInfo;
+use crate::error::{CudaContext as _, Result};
+use crate::model::Model;
+use crate::ops::Runtime;
+use crate::plan;
+use crate::ranges::{self, range};
+
+/// What `collect bench` was asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchOptions {
+    pub models: Vec<ModelConfig>,
+    pub ctxs: Vec<usize>,
+    pub modes: Vec<Mode>,
+    pub precisions: Vec<Precision>,
+    pub batch: usize,
+    pub warmup: usize,
+    pub steps: usize,
+    pub tf32: bool,
+    pub seed: u64,
+}
+
+impl BenchOptions {
+    /// Every configuration of the grid, in the order they run (size, ctx, mode, precision).
+    pub fn grid(&self) -> Vec<RunConfig> {
+        let mut out = Vec::new();
+        for m in &self.models {
+            for &ctx in &self.ctxs {
+                for &mode in &self.modes {
+                    for &precision in &self.precisions {
+                        out.push(RunConfig {
+                            model: m.clone(),
+                            ctx,
+                            batch: self.batch,
+                            mode,
+                            precision,
+                            tf32: self.tf32,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Summary of a list of step times (milliseconds).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    /// Sample standard deviation (n − 1); 0 for a single step.
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Middle value (mean of the two middle values for an even count).
+    pub median: f64,
+    /// Coefficient of variation, std / mean.
+    pub cv: f64,
+    /// The first timed step on its own.
+    pub first: f64,
+}
+
+impl Stats {
+    /// `None` for an empty list.
+    pub fn of(ms: &[f64]) -> Option<Stats> {
+        let n = ms.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = ms.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            ms.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        let mut sorted = ms.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        let std = var.sqrt();
+        Some(Stats {
+            mean,
+            std,
+            min: sorted[0],
+            max: sorted[n - 1],
+            median,
+            cv: if mean > 0.0 { std / mean } else { 0.0 },
+            first: ms[0],
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "mean_ms": self.mean, "std_ms": self.std, "min_ms": self.min, "max_ms": self.max,
+            "median_ms": self.median, "cv": self.cv, "first_ms": self.first,
+        })
+    }
+}
+
+/// Memory of one configuration, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Ours, after the model is built (weights, gradients, optimizer state...).
+    pub after_build: u64,
+    /// Ours, after the last step.
+    pub in_use: u64,
+    /// Ours, the most at once during the configuration.
+    pub peak: u64,
+    /// The whole device in use (total minus free) after the last step, cached pool included.
+    pub device_used: u64,
+}
+
+/// A configuration that ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// Host clock per timed step, launch to end of synchronize.
+    pub host_ms: Vec<f64>,
+    /// CUDA events around each timed step.
+    pub event_ms: Vec<f64>,
+    pub host: Stats,
+    pub event: Stats,
+    /// Loss after the last step (modes with a backward).
+    pub loss: Option<f32>,
+    pub memory: MemoryUse,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Ran(Measured),
+    OutOfMemory { what: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub run: RunConfig,
+    pub outcome: Outcome,
+}
+
+/// Run one configuration: build, warm up, time `steps` steps.
+pub fn run_one(
+    rt: &Runtime,
+    run: &RunConfig,
+    warmup: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Measured> {
+    let mem = &rt.gpu.memory;
+    mem.reset_peak();
+    let mut model = Model::new(rt, run, seed)?;
+    rt.gpu.synchronize()?;
+    let after_build = mem.stats().in_use;
+    if warmup > 0 {
+        let _r = range(ranges::WARMUP);
+        for _ in 0..warmup {
+            model.step()?;
+            rt.gpu.synchronize()?;
+        }
+    }
+    let start = rt
+        .gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .during("cuEventCreate")?;
+    let end = rt
+        .gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .during("cuEventCreate")?;
+    let mut host_ms = Vec::with_capacity(steps);
+    let mut event_ms = Vec::with_capacity(steps);
+    {
+        let _r = range(ranges::MEASUREMENT);
+        for i in 0..steps {
+            let _s = range(&ranges::step_name(i));
+            let t0 = Instant::now();
+            start.record(&rt.gpu.stream).during("cuEventRecord")?;
+            model.step()?;
+            end.record(&rt.gpu.stream).during("cuEventRecord")?;
+            rt.gpu.synchronize()?;
+            host_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            event_ms.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
+        }
+    }
+    let loss = if run.mode.backward() && (steps + warmup) > 0 {
+        Some(model.loss()?)
+    } else {
+        None
+    };
+    let stats = mem.stats();
+    let device_used = rt.gpu.device_memory_used()?;
+    let (Some(host), Some(event)) = (Stats::of(&host_ms), Stats::of(&event_ms)) else {
+        return Err(crate::Error::InvalidConfig(
+            "--steps must be at least 1".to_owned(),
+        ));
+    };
+    Ok(Measured {
+        host_ms,
+        event_ms,
+        host,
+        event,
+        loss,
+        memory: MemoryUse {
+            after_build,
+            in_use: stats.in_use,
+            peak: stats.peak,
+            device_used,
+        },
+    })
+}
+
+/// Run the whole grid; `progress` gets one line per configuration as it starts and ends.
+pub fn run_grid(
+    rt: &Runtime,
+    opts: &BenchOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<Row>> {
+    let grid = opts.grid();
+    for run in &grid {
+        run.validate()?;
+    }
+    let mut rows = Vec::with_capacity(grid.len());
+    for (i, run) in grid.iter().enumerate() {
+        let name = describe(run);
+        progress(&format!(
+            "[{}/{}] {name}: building, {} warm-up and {} timed steps",
+            i + 1,
+            grid.len(),
+            opts.warmup,
+            opts.steps
+        ));
+        let result = run_one(rt, run, opts.warmup, opts.steps, opts.seed);
+        // Whatever the configuration held is dropped by now; give the pool's cache back so the
+        // next configuration starts from an empty device.
+        rt.gpu.memory.release_cached()?;
+        let outcome = match result {
+            Ok(m) => {
+                progress(&format!(
+                    "[{}/{}] {name}: mean {:.2} ms, median {:.2} ms, peak {}",
+                    i + 1,
+                    grid.len(),
+                    m.host.mean,
+                    m.host.median,
+                    plan::human_bytes(m.memory.peak)
+                ));
+                Outcome::Ran(m)
+            }
+            Err(e) if e.is_oom() => {
+                progress(&format!("[{}/{}] {name}: OOM ({e})", i + 1, grid.len()));
+                let what = match e {
+                    crate::Error::OutOfMemory { what } => what,
+                    other => other.to_string(),
+                };
+                Outcome::OutOfMemory { what }
+            }
+            Err(e) => return Err(e),
+        };
+        rows.push(Row {
+            run: run.clone(),
+            outcome,
+        });
+    }
+    Ok(rows)
+}
+
+fn describe(run: &RunConfig) -> String {
+    format!(
+        "{} ctx {} batch {} {} {}{}",
+        run.model.label(),
+        run.ctx,
+        run.batch,
+        run.mode,
+        run.precision,
+        if run.tf32 { " tf32" } else { "" }
+    )
+}
+
+/// Tokens per second from a mean step time.
+pub fn tokens_per_second(run: &RunConfig, mean_ms: f64) -> f64 {
+    run.tokens() as f64 / (mean_ms / 1e3)
+}
+
+/// The results table: one row per configuration, times from the host clock (as the PyTorch
+/// reference reports them), the CUDA-event mean beside them.
+pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
+    let mut t = Table::new([
+        "size",
+        "ctx",
+        "mode",
+        "precision",
+        "mean (ms)",
+        "std (ms)",
+        "median (ms)",
+        "min (ms)",
+        "max (ms)",
+        "CV (%)",
+        "first (ms)",
+        "tokens/s",
+        "events mean (ms)",
+        "peak memory",
+    ]);
+    for r in rows {
+        let mut row = vec![
+            Cell::text(r.run.model.label()),
+            Cell::Int(r.run.ctx as i64),
+            Cell::text(r.run.mode.as_str()),
+            Cell::text(r.run.precision.as_str()),
+        ];
+        match &r.outcome {
+            Outcome::Ran(m) => {
+                let h = &m.host;
+                row.extend([
+                    Cell::Float(h.mean, 2),
+                    Cell::Float(h.std, 2),
+                    Cell::Float(h.median, 2),
+                    Cell::Float(h.min, 2),
+                    Cell::Float(h.max, 2),
+                    Cell::Float(h.cv * 100.0, 1),
+                    Cell::Float(h.first, 2),
+                    Cell::Int(tokens_per_second(&r.run, h.mean).round() as i64),
+                    Cell::Float(m.event.mean, 2),
+                    Cell::text(plan::human_bytes(m.memory.peak)),
+                ]);
+            }
+            Outcome::OutOfMemory { .. } => {
+                row.push(Cell::text("OOM"));
+                row.extend(std::iter::repeat_n(Cell::Missing, 9));
+            }
+        }
+        t.push(row);
+    }
+    Document {
+        sections: vec![Section {
+            title: Some(format!(
+                "collect bench on {} (driver {})",
+                device.name, device.driver
+            )),
+            table: t,
+            notes: Vec::new(),
+        }],
+        json: None,
+    }
+}
+
+/// The JSON results file: the device, the settings and every configuration with all its step
+/// times.
+pub fn results_json(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> Value {
+    let results: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let c = &r.run.model;
+            let mut v = json!({
+                "size": c.label(),
+                "d_model": c.d_model, "d_ff": c.d_ff, "layers": c.layers, "heads": c.heads,
+                "ctx": r.run.ctx, "batch": r.run.batch,
+                "mode": r.run.mode.as_str(), "precision": r.run.precision.as_str(), "tf32": r.run.tf32,
+                "parameters": c.parameters(),
+                "flops_per_step": plan::plan(&r.run).flops.per_step,
+                "planned_peak_bytes": plan::plan(&r.run).memory.peak,
+            });
+            let obj = v.as_object_mut().expect("built as an object");
+            match &r.outcome {
+                Outcome::Ran(m) => {
+                    obj.insert("status".into(), "ok".into());
+                    obj.insert("host".into(), m.host.json());
+                    obj.insert("events".into(), m.event.json());
+                    obj.insert("host_step_ms".into(), json!(m.host_ms));
+                    obj.insert("event_step_ms".into(), json!(m.event_ms));
+                    obj.insert("tokens_per_s".into(), json!(tokens_per_second(&r.run, m.host.mean)));
+                    obj.insert("loss".into(), json!(m.loss));
+                    obj.insert(
+                        "memory".into(),
+                        json!({
+                            "after_build_bytes": m.memory.after_build,
+                            "in_use_bytes": m.memory.in_use,
+                            "peak_bytes": m.memory.peak,
+                            "device_used_bytes": m.memory.device_used,
+                        }),
+                    );
+                }
+                Outcome::OutOfMemory { what } => {
+                    obj.insert("status".into(), "oom".into());
+                    obj.insert("oom".into(), json!(what));
+                }
+            }
+            v
+        })
+        .collect();
+    json!({
+        "device": {
+            "name": device.name,
+            "driver": device.driver,
+            "compute_capability": format!("{}.{}", device.compute_capability.0, device.compute_capability.1),
+            "total_memory_bytes": device.total_memory,
+            "multiprocessors": device.multiprocessors,
+        },
+        "settings": {
+            "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps, "tf32": opts.tf32,
+            "seed": opts.seed,
+            "timing": "host clock from the step's launch to the end of a stream synchronize; CUDA events around the step",
+        },
+        "results": results,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_match_hand_computation() {
+        let s = Stats::of(&[12.0, 10.0, 11.0, 13.0]).unwrap();
+        assert_eq!(s.mean, 11.5);
+        assert_eq!(s.median, 11.5);
+        assert_eq!((s.min, s.max, s.first), (10.0, 13.0, 12.0));
+        // Sample variance: (0.25 + 2.25 + 0.25 + 2.25) / 3.
+        assert!((s.std - (5.0f64 / 3.0).sqrt()).abs() < 1e-12);
+        assert!((s.cv - s.std / 11.5).abs() < 1e-12);
+        let one = Stats::of(&[7.0]).unwrap();
+        assert_eq!((one.std, one.median, one.cv), (0.0, 7.0, 0.0));
+        assert!(Stats::of(&[]).is_none());
+    }
+
+    #[test]
+    fn grid_runs_every_combination_in_order() {
+        let opts = BenchOptions {
+            models: vec![
+                ModelConfig::preset("small").unwrap(),
+                ModelConfig::preset("xl").unwrap(),
+            ],
+            ctxs: vec![128, 256],
+            modes: vec![Mode::Forward, Mode::Train],
+            precisions: vec![Precision::Fp32, Precision::Bf16],
+            batch: 4,
+            warmup: 5,
+            steps: 10,
+            tf32: false,
+            seed: 0,
+        };
+        let g = opts.grid();
+        assert_eq!(g.len(), 16);
+        assert_eq!(
+            (
+                g[1].model.name.as_str(),
+                g[1].ctx,
+                g[1].mode,
+                g[1].precision
+            ),
+            ("small", 128, Mode::Forward, Precision::Bf16)
+        );
+        assert_eq!(g[15].model.name, "xl");
+    }
+
+    #[test]
+    fn tokens_per_second_uses_batch_times_ctx() {
+        let run = RunConfig {
+            model: ModelConfig::preset("small").unwrap(),
+            ctx: 256,
+            batch: 4,
+            mode: Mode::Train,
+            precision: Precision::Fp32,
+            tf32: false,
+        };
+        assert_eq!(tokens_per_second(&run, 512.0), 2000.0);
+    }
+}

@@ -1,0 +1,228 @@
+//! Matrix products through cuBLAS, in row-major terms.
+//!
+//! Every tensor of the model is row-major; cuBLAS is column-major. A row-major `C = op(A) op(B)`
+//! is the column-major `Cᵀ = op(B)ᵀ op(A)ᵀ`, and a row-major matrix's memory read column-major
+//! is its transpose, so each call swaps the operands and keeps the transpose flags. Operands are
+//! fp32 or bf16 (both the same); the output is fp32 or bf16; accumulation is always fp32. fp32
+//! products run in true FP32 (`CUBLAS_COMPUTE_32F`, PyTorch's default) unless TF32 is switched
+//! on. cuBLAS gets its workspace from our [`DeviceMemory`](crate::device::DeviceMemory), so that
+//! every byte on the device is counted. No kernels of ours here.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+use cudarc::cublas::sys as cb;
+
+use crate::device::{Buffer, DType, Gpu};
+use crate::error::{Error, Result};
+
+/// cuBLAS workspace (PyTorch gives cuBLAS 32 MiB on Hopper).
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A matrix operand: a device address and its element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mat {
+    pub ptr: u64,
+    pub dtype: DType,
+}
+
+impl Mat {
+    pub fn new(ptr: u64, dtype: DType) -> Mat {
+        Mat { ptr, dtype }
+    }
+}
+
+/// Shape of one product `C[m, n] = alpha * op(A) op(B) + beta * C`, row-major, where `op(A)` is
+/// `[m, k]` (A stored `[k, m]` when `ta`) and `op(B)` is `[k, n]` (B stored `[n, k]` when `tb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gemm {
+    pub ta: bool,
+    pub tb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+pub struct Blas {
+    handle: cb::cublasHandle_t,
+    _workspace: Buffer,
+    tf32: Cell<bool>,
+}
+
+fn check(call: &'static str, status: cb::cublasStatus_t) -> Result<()> {
+    match status {
+        cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+        cb::cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => Err(Error::OutOfMemory {
+            what: call.to_owned(),
+        }),
+        other => Err(Error::Cublas {
+            call,
+            status: format!("{other:?}"),
+        }),
+    }
+}
+
+fn data_type(d: DType) -> cb::cudaDataType {
+    match d {
+        DType::F32 => cb::cudaDataType::CUDA_R_32F,
+        DType::Bf16 => cb::cudaDataType::CUDA_R_16BF,
+        DType::I32 => cb::cudaDataType::CUDA_R_32I,
+    }
+}
+
+fn dim(x: usize) -> Result<i32> {
+    i32::try_from(x).map_err(|_| Error::InvalidConfig(format!("matrix dimension {x} exceeds 2^31")))
+}
+
+impl Blas {
+    pub fn new(gpu: &Gpu) -> Result<Blas> {
+        // SAFETY: probes the loader only.
+        if !unsafe { cb::is_culib_present() } {
+            return Err(Error::MissingLibrary {
+                library: "libcublas",
+            });
+        }
+        let workspace = gpu.memory.alloc(DType::F32, WORKSPACE_BYTES / 4)?;
+        let mut handle: cb::cublasHandle_t = std::ptr::null_mut();
+        // SAFETY: creates a handle in the current (our) context; the stream and workspace outlive
+        // it (the workspace is owned by the returned value, the stream by the Gpu).
+        unsafe {
+            check("cublasCreate", cb::cublasCreate_v2(&mut handle))?;
+            let blas = Blas {
+                handle,
+                _workspace: workspace,
+                tf32: Cell::new(false),
+            };
+            check(
+                "cublasSetStream",
+                cb::cublasSetStream_v2(handle, gpu.stream.cu_stream() as cb::cudaStream_t),
+            )?;
+            check(
+                "cublasSetWorkspace",
+                cb::cublasSetWorkspace_v2(
+                    handle,
+                    blas._workspace.ptr() as *mut c_void,
+                    WORKSPACE_BYTES,
+                ),
+            )?;
+            Ok(blas)
+        }
+    }
+
+    /// Let fp32 products use TF32 tensor cores.
+    pub fn set_tf32(&self, on: bool) {
+        self.tf32.set(on);
+    }
+
+    fn compute_type(&self, operands: DType) -> cb::cublasComputeType_t {
+        if operands == DType::F32 && self.tf32.get() {
+            cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            cb::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        }
+    }
+
+    /// `C = alpha * op(A) op(B) + beta * C`, row-major, contiguous operands.
+    pub fn gemm(&self, g: Gemm, alpha: f32, a: Mat, b: Mat, beta: f32, c: Mat) -> Result<()> {
+        self.gemm_batched(g, alpha, a, 0, b, 0, beta, c, 0, 1)
+    }
+
+    /// `batch` products at strides (in elements) `sa`, `sb`, `sc`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_batched(
+        &self,
+        g: Gemm,
+        alpha: f32,
+        a: Mat,
+        sa: usize,
+        b: Mat,
+        sb: usize,
+        beta: f32,
+        c: Mat,
+        sc: usize,
+        batch: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(a.dtype, b.dtype, "cuBLAS needs both operands of one type");
+        let op = |t: bool| {
+            if t {
+                cb::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cb::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        // Row-major leading dimensions of the stored matrices.
+        let lda = if g.ta { g.m } else { g.k };
+        let ldb = if g.tb { g.k } else { g.n };
+        let (m, n, k) = (dim(g.m)?, dim(g.n)?, dim(g.k)?);
+        let compute = self.compute_type(a.dtype);
+        let algo = cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+        // SAFETY: the caller passes live device matrices of the stated shapes and types; alpha
+        // and beta are fp32 as the fp32 compute types require.
+        unsafe {
+            if batch == 1 {
+                check(
+                    "cublasGemmEx",
+                    cb::cublasGemmEx(
+                        self.handle,
+                        op(g.tb),
+                        op(g.ta),
+                        n,
+                        m,
+                        k,
+                        (&alpha as *const f32).cast(),
+                        b.ptr as *const c_void,
+                        data_type(b.dtype),
+                        dim(ldb)?,
+                        a.ptr as *const c_void,
+                        data_type(a.dtype),
+                        dim(lda)?,
+                        (&beta as *const f32).cast(),
+                        c.ptr as *mut c_void,
+                        data_type(c.dtype),
+                        n,
+                        compute,
+                        algo,
+                    ),
+                )
+            } else {
+                check(
+                    "cublasGemmStridedBatchedEx",
+                    cb::cublasGemmStridedBatchedEx(
+                        self.handle,
+                        op(g.tb),
+                        op(g.ta),
+                        n,
+                        m,
+                        k,
+                        (&alpha as *const f32).cast(),
+                        b.ptr as *const c_void,
+                        data_type(b.dtype),
+                        dim(ldb)?,
+                        sb as i64,
+                        a.ptr as *const c_void,
+                        data_type(a.dtype),
+                        dim(lda)?,
+                        sa as i64,
+                        (&beta as *const f32).cast(),
+                        c.ptr as *mut c_void,
+                        data_type(c.dtype),
+                        n,
+                        sc as i64,
+                        dim(batch)?,
+                        compute,
+                        algo,
+                    ),
+                )
+            }
+        }
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created in `new` and is destroyed once.
+        unsafe {
+            cb::cublasDestroy_v2(self.handle);
+        }
+    }
+}

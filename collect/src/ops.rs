@@ -1,0 +1,346 @@
+//! Typed launches of our kernels (`kernels/*.cu`): one method per operation, taking device
+//! addresses and sizes, choosing the `_f32`/`_bf16` variant by activation type and the launch
+//! shape. Together with [`Runtime`] (the GPU, the loaded kernels and cuBLAS) this is the whole
+//! interface the model uses to reach the device. No allocation here: callers pass buffers.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::blas::Blas;
+use crate::device::{DType, Gpu};
+use crate::error::{CudaContext as _, Result};
+use crate::kernels::Kernels;
+
+/// The GPU with our kernels and a cuBLAS handle: what a model runs on. One per process.
+///
+/// Fields drop in declaration order: the cuBLAS handle (and its workspace) and the modules must
+/// go while the stream and context they belong to are still alive.
+pub struct Runtime {
+    pub blas: Blas,
+    pub kernels: Kernels,
+    pub gpu: Gpu,
+}
+
+impl Runtime {
+    /// Open device 0, compile the kernels for it, create the cuBLAS handle.
+    pub fn open() -> Result<Runtime> {
+        let gpu = Gpu::open()?;
+        let kernels = Kernels::load(&gpu.ctx)?;
+        let blas = Blas::new(&gpu)?;
+        Ok(Runtime { blas, kernels, gpu })
+    }
+}
+
+const THREADS: u32 = 256;
+
+fn suffix(act: DType) -> &'static str {
+    match act {
+        DType::Bf16 => "bf16",
+        _ => "f32",
+    }
+}
+
+/// Launch `$name` with `$grid` blocks of `$block` threads and the arguments given (each an
+/// expression of the exact Rust type of the kernel's parameter: u64 for pointers, i32 for int,
+/// i64 for long long, f32 for float).
+macro_rules! launch {
+    ($rt:expr, $name:expr, $grid:expr, $block:expr; $($arg:expr),* $(,)?) => {{
+        let name: &str = &$name;
+        let f = $rt.kernels.get(name)?;
+        let mut builder = $rt.gpu.stream.launch_builder(f);
+        let args = ($($arg,)*);
+        launch!(@push builder, args; $($arg),*);
+        let cfg = LaunchConfig {
+            grid_dim: $grid,
+            block_dim: $block,
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature (see each caller) and every
+        // pointer is a live device buffer of the size the kernel indexes.
+        unsafe { builder.launch(cfg) }.during("cuLaunchKernel")?;
+    }};
+    (@push $b:ident, $args:ident; $a0:expr) => { $b.arg(&$args.0); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr) => { $b.arg(&$args.0).arg(&$args.1); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr, $a8:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7).arg(&$args.8); };
+    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr, $a8:expr, $a9:expr, $a10:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7).arg(&$args.8).arg(&$args.9).arg(&$args.10); };
+}
+
+impl Runtime {
+    /// Blocks for a grid-stride loop over `n` items: enough to fill the device, no more.
+    fn stride_grid(&self, n: usize) -> (u32, u32, u32) {
+        let cap = (self.gpu.info.multiprocessors.max(1) as usize) * 16;
+        ((n.div_ceil(THREADS as usize)).clamp(1, cap) as u32, 1, 1)
+    }
+
+    pub fn init_trunc_normal(&self, p: u64, n: usize, std: f32, seed: u64) -> Result<()> {
+        launch!(self, "init_trunc_normal", self.stride_grid(n), (THREADS, 1, 1); p, n as i64, std, seed);
+        Ok(())
+    }
+
+    pub fn fill(&self, p: u64, n: usize, value: f32) -> Result<()> {
+        launch!(self, "fill_f32", self.stride_grid(n), (THREADS, 1, 1); p, n as i64, value);
+        Ok(())
+    }
+
+    /// `n` fp32 elements to bf16; `n` a multiple of 4, both addresses 16-byte aligned.
+    pub fn cast_f32_bf16(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+        debug_assert_eq!(n % 4, 0);
+        launch!(self, "cast_f32_bf16_x4", self.stride_grid(n / 4), (THREADS, 1, 1); src, dst, (n / 4) as i64);
+        Ok(())
+    }
+
+    pub fn cast_bf16_f32(&self, src: u64, dst: u64, n: usize) -> Result<()> {
+        launch!(self, "cast_bf16_f32", self.stride_grid(n), (THREADS, 1, 1); src, dst, n as i64);
+        Ok(())
+    }
+
+    pub fn embedding_fwd(
+        &self,
+        tokens: u64,
+        emb: u64,
+        x: u64,
+        rows: usize,
+        d: usize,
+    ) -> Result<()> {
+        launch!(self, "embedding_fwd", (rows as u32, 1, 1), (THREADS, 1, 1); tokens, emb, x, d as i32);
+        Ok(())
+    }
+
+    pub fn embedding_bwd(
+        &self,
+        tokens: u64,
+        dx: u64,
+        demb: u64,
+        rows: usize,
+        d: usize,
+    ) -> Result<()> {
+        launch!(self, "embedding_bwd", (rows as u32, 1, 1), (THREADS, 1, 1); tokens, dx, demb, d as i32);
+        Ok(())
+    }
+
+    /// `y = rmsnorm(x) * w` over rows of `d`; `rstd` (0 for none) receives 1/rms per row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_fwd(
+        &self,
+        act: DType,
+        x: u64,
+        w: u64,
+        y: u64,
+        rstd: u64,
+        rows: usize,
+        d: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let name = format!("rmsnorm_fwd_{}", suffix(act));
+        launch!(self, name, (rows as u32, 1, 1), (THREADS, 1, 1); x, w, y, rstd, d as i32, eps);
+        Ok(())
+    }
+
+    /// `dx = rmsnorm_backward(dy) + dres` (dres 0 for none; may equal dx); `dx_bf16` (0 for none)
+    /// receives a bf16 copy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_bwd(
+        &self,
+        dy: u64,
+        x: u64,
+        w: u64,
+        rstd: u64,
+        dres: u64,
+        dx: u64,
+        dx_bf16: u64,
+        rows: usize,
+        d: usize,
+    ) -> Result<()> {
+        launch!(self, "rmsnorm_bwd", (rows as u32, 1, 1), (THREADS, 1, 1); dy, x, w, rstd, dres, dx, dx_bf16, d as i32);
+        Ok(())
+    }
+
+    pub fn rmsnorm_dw(
+        &self,
+        dy: u64,
+        x: u64,
+        rstd: u64,
+        dw: u64,
+        rows: usize,
+        d: usize,
+    ) -> Result<()> {
+        launch!(self, "rmsnorm_dw", (d.div_ceil(32) as u32, 1, 1), (32, 16, 1); dy, x, rstd, dw, rows as i32, d as i32);
+        Ok(())
+    }
+
+    /// Split `qkv` `[B*T, 3D]` into head-major q, k, v, rotating q and k.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_fwd(
+        &self,
+        act: DType,
+        qkv: u64,
+        cs: u64,
+        q: u64,
+        k: u64,
+        v: u64,
+        s: AttnShape,
+    ) -> Result<()> {
+        let name = format!("rope_fwd_{}", suffix(act));
+        launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
+            qkv, cs, q, k, v, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_bwd(
+        &self,
+        act: DType,
+        dq: u64,
+        dk: u64,
+        dv: u64,
+        cs: u64,
+        dqkv: u64,
+        s: AttnShape,
+    ) -> Result<()> {
+        let name = format!("rope_bwd_{}", suffix(act));
+        launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
+            dq, dk, dv, cs, dqkv, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+        Ok(())
+    }
+
+    /// Causal softmax in place over `rows` rows of `ctx` scores.
+    pub fn softmax_causal_fwd(&self, act: DType, s: u64, ctx: usize, rows: usize) -> Result<()> {
+        let name = format!("softmax_causal_fwd_{}", suffix(act));
+        let per_block = (THREADS / 32) as usize;
+        launch!(self, name, (rows.div_ceil(per_block) as u32, 1, 1), (THREADS, 1, 1); s, ctx as i32, rows as i64);
+        Ok(())
+    }
+
+    /// `dp` becomes the gradient of the scores, in place.
+    pub fn softmax_causal_bwd(
+        &self,
+        act: DType,
+        p: u64,
+        dp: u64,
+        ctx: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let name = format!("softmax_causal_bwd_{}", suffix(act));
+        let per_block = (THREADS / 32) as usize;
+        launch!(self, name, (rows.div_ceil(per_block) as u32, 1, 1), (THREADS, 1, 1); p, dp, ctx as i32, rows as i64);
+        Ok(())
+    }
+
+    pub fn heads_to_tokens(&self, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
+        let name = format!("heads_to_tokens_{}", suffix(act));
+        launch!(self, name, self.stride_grid(s.elements()), (THREADS, 1, 1);
+            src, dst, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+        Ok(())
+    }
+
+    pub fn tokens_to_heads(&self, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
+        let name = format!("tokens_to_heads_{}", suffix(act));
+        launch!(self, name, self.stride_grid(s.elements()), (THREADS, 1, 1);
+            src, dst, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+        Ok(())
+    }
+
+    pub fn swiglu_fwd(&self, act: DType, h13: u64, g: u64, rows: usize, d_ff: usize) -> Result<()> {
+        let name = format!("swiglu_fwd_{}", suffix(act));
+        launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, g, rows as i64, d_ff as i32);
+        Ok(())
+    }
+
+    pub fn swiglu_bwd(
+        &self,
+        act: DType,
+        h13: u64,
+        dg: u64,
+        dh13: u64,
+        rows: usize,
+        d_ff: usize,
+    ) -> Result<()> {
+        let name = format!("swiglu_bwd_{}", suffix(act));
+        launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, dg, dh13, rows as i64, d_ff as i32);
+        Ok(())
+    }
+
+    /// Per-row cross-entropy into `row_loss`; `dlogits` (0 for none) gets the gradient of the
+    /// mean over rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cross_entropy(
+        &self,
+        act: DType,
+        logits: u64,
+        targets: u64,
+        row_loss: u64,
+        dlogits: u64,
+        rows: usize,
+        vocab: usize,
+    ) -> Result<()> {
+        let name = format!("cross_entropy_{}", suffix(act));
+        let inv_n = 1.0f32 / rows as f32;
+        launch!(self, name, (rows as u32, 1, 1), (512, 1, 1); logits, targets, row_loss, dlogits, vocab as i32, inv_n);
+        Ok(())
+    }
+
+    pub fn mean(&self, x: u64, n: usize, out: u64) -> Result<()> {
+        launch!(self, "mean_f32", (1, 1, 1), (1024, 1, 1); x, n as i32, out);
+        Ok(())
+    }
+
+    /// One AdamW update over `n` elements (a multiple of 4).
+    #[allow(clippy::too_many_arguments)]
+    pub fn adamw(&self, p: u64, g: u64, m: u64, v: u64, n: usize, h: AdamWStep) -> Result<()> {
+        debug_assert_eq!(n % 4, 0);
+        launch!(self, "adamw_x4", self.stride_grid(n / 4), (THREADS, 1, 1);
+            p, g, m, v, (n / 4) as i64, h.decay, h.beta1, h.beta2, h.eps, h.step_size, h.bc2_sqrt);
+        Ok(())
+    }
+}
+
+/// The shape of one attention: batch, positions, heads, head width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnShape {
+    pub batch: usize,
+    pub ctx: usize,
+    pub heads: usize,
+    pub d_head: usize,
+}
+
+impl AttnShape {
+    /// Elements of one of q, k, v.
+    pub fn elements(&self) -> usize {
+        self.batch * self.ctx * self.heads * self.d_head
+    }
+}
+
+/// The scalars of one AdamW step, as torch.optim.AdamW derives them from the step count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    /// `1 - lr * weight_decay`.
+    pub decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// `lr / (1 - beta1^t)`.
+    pub step_size: f32,
+    /// `sqrt(1 - beta2^t)`.
+    pub bc2_sqrt: f32,
+}
+
+impl AdamWStep {
+    /// The scalars for step `t` (1-based), computed in f64 as PyTorch does in Python.
+    pub fn new(t: u64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> AdamWStep {
+        let bc1 = 1.0 - beta1.powi(t as i32);
+        let bc2 = 1.0 - beta2.powi(t as i32);
+        AdamWStep {
+            decay: (1.0 - lr * weight_decay) as f32,
+            beta1: beta1 as f32,
+            beta2: beta2 as f32,
+            eps: eps as f32,
+            step_size: (lr / bc1) as f32,
+            bc2_sqrt: bc2.sqrt() as f32,
+        }
+    }
+}

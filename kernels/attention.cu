@@ -1,0 +1,134 @@
+// The non-GEMM parts of attention: RoPE (fused with the split of the QKV projection into
+// head-major q, k, v), the causal softmax, and moving heads between head-major [B, H, T, dh] and
+// token-major [B, T, H*dh]. Math in fp32 whatever the storage type.
+
+// cs holds cos and sin for (position t, pair i) at cs[2*(t*dh/2 + i)] and the next element.
+// RoPE rotates interleaved pairs (x[2i], x[2i+1]) by t * theta^(-2i/dh).
+template <typename T>
+__device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+    int half = dh / 2;
+    i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
+        int i = idx % half;
+        i64 rest = idx / half;
+        int h = rest % H;
+        rest /= H;
+        int t = rest % Tn;
+        i64 b = rest / Tn;
+        i64 src = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
+        i64 dst = ((b * H + h) * Tn + t) * dh + 2 * i;
+        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        float x1 = ld(qkv, src), x2 = ld(qkv, src + 1);
+        st(q, dst, x1 * c - x2 * s);
+        st(q, dst + 1, x1 * s + x2 * c);
+        x1 = ld(qkv, src + D);
+        x2 = ld(qkv, src + D + 1);
+        st(k, dst, x1 * c - x2 * s);
+        st(k, dst + 1, x1 * s + x2 * c);
+        v[dst] = qkv[src + 2 * D];
+        v[dst + 1] = qkv[src + 2 * D + 1];
+    }
+}
+
+// The transpose: the rotation by -angle, scattered back into the [B*T, 3D] gradient of the QKV
+// projection.
+template <typename T>
+__device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) {
+    int half = dh / 2;
+    i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
+        int i = idx % half;
+        i64 rest = idx / half;
+        int h = rest % H;
+        rest /= H;
+        int t = rest % Tn;
+        i64 b = rest / Tn;
+        i64 dst = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
+        i64 src = ((b * H + h) * Tn + t) * dh + 2 * i;
+        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        float g1 = ld(dq, src), g2 = ld(dq, src + 1);
+        st(dqkv, dst, g1 * c + g2 * s);
+        st(dqkv, dst + 1, g2 * c - g1 * s);
+        g1 = ld(dk, src);
+        g2 = ld(dk, src + 1);
+        st(dqkv, dst + D, g1 * c + g2 * s);
+        st(dqkv, dst + D + 1, g2 * c - g1 * s);
+        dqkv[dst + 2 * D] = dv[src];
+        dqkv[dst + 2 * D + 1] = dv[src + 1];
+    }
+}
+
+// In place over rows of scores already scaled by 1/sqrt(dh): row r is query position r % Tn,
+// keys after it are masked. P = exp(s - rowmax) / sum, zero where masked. One warp per row.
+template <typename T>
+__device__ void softmax_causal_fwd_body(T* s, int Tn, i64 rows) {
+    i64 row = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    int lane = threadIdx.x & 31;
+    int n = (int)(row % Tn) + 1;
+    T* p = s + row * Tn;
+    float m = NEG_INF;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, ld(p, j));
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) sum += expf(ld(p, j) - m);
+    sum = warp_sum(sum);
+    for (int j = lane; j < Tn; j += 32) st(p, j, j < n ? expf(ld(p, j) - m) / sum : 0.0f);
+}
+
+// dS = P * (dP - sum_j P*dP), in place over dP.
+template <typename T>
+__device__ void softmax_causal_bwd_body(const T* p, T* dp, int Tn, i64 rows) {
+    i64 row = blockIdx.x * (i64)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    int lane = threadIdx.x & 31;
+    int n = (int)(row % Tn) + 1;
+    const T* pr = p + row * Tn;
+    T* g = dp + row * Tn;
+    float dot = 0.0f;
+    for (int j = lane; j < n; j += 32) dot += ld(pr, j) * ld(g, j);
+    dot = warp_sum(dot);
+    for (int j = lane; j < Tn; j += 32) st(g, j, j < n ? ld(pr, j) * (ld(g, j) - dot) : 0.0f);
+}
+
+// [B, H, T, dh] -> [B, T, H*dh] and back.
+template <typename T>
+__device__ void heads_to_tokens_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
+    i64 n = (i64)B * Tn * H * dh;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
+        int e = idx % dh;
+        i64 rest = idx / dh;
+        int h = rest % H;
+        rest /= H;
+        int t = rest % Tn;
+        i64 b = rest / Tn;
+        dst[idx] = src[((b * H + h) * Tn + t) * dh + e];
+    }
+}
+
+template <typename T>
+__device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
+    i64 n = (i64)B * Tn * H * dh;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
+        int e = idx % dh;
+        i64 rest = idx / dh;
+        int h = rest % H;
+        rest /= H;
+        int t = rest % Tn;
+        i64 b = rest / Tn;
+        dst[((b * H + h) * Tn + t) * dh + e] = src[idx];
+    }
+}
+
+#define ATTENTION_KERNELS(S, T) \
+    extern "C" __global__ void rope_fwd_##S(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) { \
+        rope_fwd_body<T>(qkv, cs, q, k, v, B, Tn, H, dh); } \
+    extern "C" __global__ void rope_bwd_##S(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) { \
+        rope_bwd_body<T>(dq, dk, dv, cs, dqkv, B, Tn, H, dh); } \
+    extern "C" __global__ void softmax_causal_fwd_##S(T* s, int Tn, i64 rows) { softmax_causal_fwd_body<T>(s, Tn, rows); } \
+    extern "C" __global__ void softmax_causal_bwd_##S(const T* p, T* dp, int Tn, i64 rows) { softmax_causal_bwd_body<T>(p, dp, Tn, rows); } \
+    extern "C" __global__ void heads_to_tokens_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
+        heads_to_tokens_body<T>(src, dst, B, Tn, H, dh); } \
+    extern "C" __global__ void tokens_to_heads_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
+        tokens_to_heads_body<T>(src, dst, B, Tn, H, dh); }
+FOR_ACT_TYPES(ATTENTION_KERNELS)

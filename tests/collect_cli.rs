@@ -1,0 +1,59 @@
+//! The `collect` command line where no GPU is needed: bad arguments and, on a machine without a
+//! CUDA device, `collect bench` saying so in one line and exiting 2.
+
+use std::process::Command;
+
+fn collect(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_collect"))
+        .args(args)
+        .output()
+        .expect("collect runs")
+}
+
+#[test]
+fn bench_without_a_device_says_so_and_exits_2() {
+    if let Ok(n) = collect::device::probe() {
+        eprintln!("skipped: this machine has {n} CUDA device(s)");
+        return;
+    }
+    let out = collect(&["bench", "--size", "small", "--steps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: no CUDA device found ("),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_values_are_refused_before_any_gpu_work() {
+    let out = collect(&["bench", "--mode", "sideways"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown mode `sideways`"), "{stderr}");
+
+    let out = collect(&["bench", "--size", "tiny"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown size `tiny`"));
+
+    // Heads that do not divide d_model.
+    let out = collect(&[
+        "plan",
+        "--d-model",
+        "64",
+        "--d-ff",
+        "128",
+        "--layers",
+        "1",
+        "--heads",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of heads"));
+
+    // A custom width needs all four dimensions (clap's usage error, also exit 2).
+    let out = collect(&["plan", "--d-model", "64"]);
+    assert_eq!(out.status.code(), Some(2));
+}
