@@ -6,22 +6,95 @@
 //! does). A configuration that runs out of device memory becomes an `OOM` row, everything it
 //! held is freed, and the sweep goes on.
 //!
+//! With the caching allocator ([`AllocatorKind::Caching`]) the peak is the allocator's own
+//! `max_memory_allocated` over the last timed step, reset just before it as PyTorch's recipe
+//! does (warm up, `reset_peak_memory_stats()`, step). [`Recording`] asks for more: a memory
+//! snapshot of that last step (history recorded with our own frames: the phase ranges and the
+//! model's module paths) and an nsys-schema SQLite trace of the whole configuration (CUPTI
+//! activity records and the NVTX ranges, from the model's build to the last step) with its run
+//! metadata. Both are written atomically once the configuration has run; with more than one
+//! configuration each file name gets the configuration's label ([`output_path`]).
+//!
 //! Statistics are pure functions ([`Stats::of`]); the table and the JSON results file are built
-//! from the rows ([`document`], [`results_json`]); writing the file is the caller's.
+//! from the rows ([`document`], [`results_json`]); writing the results file is the caller's.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use analyze::render::{Cell, Document, Section, Table};
 use cudarc::driver::sys::CUevent_flags;
 use serde_json::{json, Value};
 
+use crate::caching_device::SharedCaching;
 use crate::config::{Mode, ModelConfig, Precision, RunConfig};
-use crate::device::DeviceInfo;
+use crate::device::{AllocatorKind, DeviceInfo};
 use crate::error::{CudaContext as _, Result};
+use crate::memory_frames::{self, PhaseFrames};
+use crate::memory_history::MemoryContext;
 use crate::model::Model;
 use crate::ops::Runtime;
 use crate::plan;
-use crate::ranges::{self, range};
+use crate::ranges::{self, range, RangeRecorder};
+use crate::run_metadata::{self, RunDescription, RunMetadata};
+use crate::snapshot_writer;
+use crate::trace_db;
+use crate::trace_session::TraceSession;
+
+/// History entries kept while recording (PyTorch's `max_entries` default is larger than any
+/// one step of these models needs: the large model's train step makes about 6,000).
+pub const MAX_HISTORY_ENTRIES: usize = 1_000_000;
+
+/// What to record while each configuration runs, besides its step times.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recording {
+    /// Write an nsys-schema SQLite trace (CUPTI and NVTX) of the configuration here.
+    pub trace: Option<PathBuf>,
+    /// Record the memory history of the last timed step and write the snapshot (PyTorch's
+    /// pickle; gzip when the name ends in `.gz`) here. Needs the caching allocator.
+    pub memory_snapshot: Option<PathBuf>,
+}
+
+impl Recording {
+    pub fn any(&self) -> bool {
+        self.trace.is_some() || self.memory_snapshot.is_some()
+    }
+
+    /// The files for `run`: as given for a single configuration, labelled for one of many.
+    pub fn for_run(&self, run: &RunConfig, many: bool) -> Recording {
+        Recording {
+            trace: self.trace.as_deref().map(|p| output_path(p, run, many)),
+            memory_snapshot: self
+                .memory_snapshot
+                .as_deref()
+                .map(|p| output_path(p, run, many)),
+        }
+    }
+}
+
+/// `trace.sqlite` for a single configuration; `trace.small-ctx256-train-fp32.sqlite` (the label
+/// before the first `.` of the file name) when a sweep writes one file per configuration.
+pub fn output_path(base: &Path, run: &RunConfig, many: bool) -> PathBuf {
+    if !many {
+        return base.to_owned();
+    }
+    let label = format!(
+        "{}-ctx{}-{}-{}{}",
+        run.model.label(),
+        run.ctx,
+        run.mode,
+        run.precision,
+        if run.tf32 { "-tf32" } else { "" }
+    );
+    let name = base
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let new = match name.find('.') {
+        Some(i) if i > 0 => format!("{}.{label}{}", &name[..i], &name[i..]),
+        _ => format!("{name}.{label}"),
+    };
+    base.with_file_name(new)
+}
 
 /// What `collect bench` was asked for.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +108,9 @@ pub struct BenchOptions {
     pub steps: usize,
     pub tf32: bool,
     pub seed: u64,
+    /// Where device memory comes from (the caching allocator whenever a snapshot is recorded).
+    pub allocator: AllocatorKind,
+    pub recording: Recording,
 }
 
 impl BenchOptions {
@@ -130,6 +206,23 @@ pub struct MemoryUse {
     pub device_used: u64,
 }
 
+/// The caching allocator's counters, peaks over the last timed step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorUse {
+    /// `max_memory_allocated()`: block bytes, as PyTorch counts them.
+    pub max_allocated: u64,
+    /// `max_memory_reserved()`: segment bytes.
+    pub max_reserved: u64,
+    /// `memory_allocated()` after the last step.
+    pub allocated: u64,
+    /// `memory_reserved()` after the last step.
+    pub reserved: u64,
+    /// Segments allocated from the driver during the whole configuration.
+    pub device_allocs: u64,
+    /// History entries of the recorded step (0 when nothing was recorded).
+    pub history_entries: usize,
+}
+
 /// A configuration that ran.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
@@ -141,9 +234,15 @@ pub struct Measured {
     pub event: Stats,
     /// Loss after the last step (modes with a backward).
     pub loss: Option<f32>,
+    /// With the caching allocator, `memory.peak` is its `max_allocated`.
     pub memory: MemoryUse,
+    pub allocator: Option<AllocatorUse>,
+    /// Files written for this configuration (trace, snapshot).
+    pub written: Vec<PathBuf>,
 }
 
+// One per configuration of a sweep: boxing the larger variant would save nothing that matters.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Ran(Measured),
@@ -164,7 +263,77 @@ pub fn run_one(
     steps: usize,
     seed: u64,
 ) -> Result<Measured> {
+    run_one_with(rt, run, warmup, steps, seed, &Recording::default())
+}
+
+/// Puts the thread's range recorder and memory frames back, and switches history recording
+/// off, however the configuration ends.
+struct RecordingGuard {
+    old_recorder: Option<Option<Box<dyn RangeRecorder>>>,
+    old_frames: Option<Option<MemoryContext>>,
+    caching: Option<SharedCaching>,
+}
+
+impl Drop for RecordingGuard {
+    fn drop(&mut self) {
+        if let Some(old) = self.old_recorder.take() {
+            ranges::set_recorder(old);
+        }
+        if let Some(old) = self.old_frames.take() {
+            memory_frames::install(old);
+        }
+        if let Some(c) = &self.caching {
+            if let Ok(mut a) = c.try_borrow_mut() {
+                a.stop_recording();
+            }
+        }
+    }
+}
+
+/// [`run_one`], recording what `rec` asks for (file names as given: see [`Recording::for_run`]).
+pub fn run_one_with(
+    rt: &Runtime,
+    run: &RunConfig,
+    warmup: usize,
+    steps: usize,
+    seed: u64,
+    rec: &Recording,
+) -> Result<Measured> {
+    if steps == 0 {
+        return Err(crate::Error::InvalidConfig(
+            "--steps must be at least 1".to_owned(),
+        ));
+    }
     let mem = &rt.gpu.memory;
+    let caching = rt.gpu.caching.clone();
+    if rec.memory_snapshot.is_some() && caching.is_none() {
+        return Err(crate::Error::InvalidConfig(
+            "a memory snapshot needs the caching allocator".to_owned(),
+        ));
+    }
+    let mut guard = RecordingGuard {
+        old_recorder: None,
+        old_frames: None,
+        caching: caching.clone(),
+    };
+    let mut recorders: Vec<Box<dyn RangeRecorder>> = Vec::new();
+    if let (Some(_), Some(c)) = (&rec.memory_snapshot, &caching) {
+        let ctx = c.borrow().context().clone();
+        guard.old_frames = Some(memory_frames::install(Some(ctx.clone())));
+        recorders.push(Box::new(PhaseFrames::new(ctx)));
+    }
+    let trace = match &rec.trace {
+        Some(_) => Some(TraceSession::start()?),
+        None => None,
+    };
+    if let Some(t) = &trace {
+        recorders.push(t.range_recorder());
+    }
+    if !recorders.is_empty() {
+        let fanout = Box::new(ranges::Fanout(recorders));
+        guard.old_recorder = Some(ranges::set_recorder(Some(fanout)));
+    }
+
     mem.reset_peak();
     let mut model = Model::new(rt, run, seed)?;
     rt.gpu.synchronize()?;
@@ -188,17 +357,34 @@ pub fn run_one(
         .during("cuEventCreate")?;
     let mut host_ms = Vec::with_capacity(steps);
     let mut event_ms = Vec::with_capacity(steps);
+    let mut snapshot = None;
     {
         let _r = range(ranges::MEASUREMENT);
         for i in 0..steps {
-            let _s = range(&ranges::step_name(i));
-            let t0 = Instant::now();
-            start.record(&rt.gpu.stream).during("cuEventRecord")?;
-            model.step()?;
-            end.record(&rt.gpu.stream).during("cuEventRecord")?;
-            rt.gpu.synchronize()?;
-            host_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            event_ms.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
+            let last = i + 1 == steps;
+            if let (true, Some(c)) = (last, &caching) {
+                // PyTorch's recipe: after warming up, reset the peak, then record one step.
+                let mut a = c.borrow_mut();
+                a.reset_peak_stats();
+                if rec.memory_snapshot.is_some() {
+                    a.start_recording(MAX_HISTORY_ENTRIES);
+                }
+            }
+            {
+                let _s = range(&ranges::step_name(i));
+                let t0 = Instant::now();
+                start.record(&rt.gpu.stream).during("cuEventRecord")?;
+                model.step()?;
+                end.record(&rt.gpu.stream).during("cuEventRecord")?;
+                rt.gpu.synchronize()?;
+                host_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                event_ms.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
+            }
+            if let (true, Some(_), Some(c)) = (last, &rec.memory_snapshot, &caching) {
+                let mut a = c.borrow_mut();
+                snapshot = Some(a.snapshot());
+                a.stop_recording();
+            }
         }
     }
     let loss = if run.mode.backward() && (steps + warmup) > 0 {
@@ -213,7 +399,19 @@ pub fn run_one(
             "--steps must be at least 1".to_owned(),
         ));
     };
-    Ok(Measured {
+    let allocator = caching.as_ref().map(|c| {
+        let a = c.borrow();
+        let s = a.stats();
+        AllocatorUse {
+            max_allocated: s.allocated_bytes.peak,
+            max_reserved: s.reserved_bytes.peak,
+            allocated: s.allocated_bytes.current,
+            reserved: s.reserved_bytes.current,
+            device_allocs: s.device_allocs,
+            history_entries: snapshot.as_ref().map_or(0, |s| s.trace.len()),
+        }
+    });
+    let mut measured = Measured {
         host_ms,
         event_ms,
         host,
@@ -222,10 +420,81 @@ pub fn run_one(
         memory: MemoryUse {
             after_build,
             in_use: stats.in_use,
-            peak: stats.peak,
+            peak: allocator.map_or(stats.peak, |a| a.max_allocated),
             device_used,
         },
-    })
+        allocator,
+        written: Vec::new(),
+    };
+    if let (Some(t), Some(path)) = (trace, &rec.trace) {
+        let kind = if caching.is_some() {
+            AllocatorKind::Caching
+        } else {
+            AllocatorKind::Pool
+        };
+        let meta = run_metadata(run, warmup, &measured, &rt.gpu.info, kind);
+        let records = t.finish(&rt.gpu, meta)?;
+        trace_db::write(path, &records)?;
+        measured.written.push(path.clone());
+    }
+    if let (Some(snap), Some(path)) = (snapshot, &rec.memory_snapshot) {
+        snapshot_writer::write(&snap, path)?;
+        measured.written.push(path.clone());
+    }
+    drop(model);
+    drop(guard);
+    Ok(measured)
+}
+
+/// Run-metadata keys `bench` adds to [`run_metadata::keys`].
+pub mod keys {
+    pub const TF32: &str = "tf32";
+    pub const ALLOCATOR: &str = "allocator";
+    /// The caching allocator's `max_memory_allocated` over the last timed step (bytes).
+    pub const PEAK_ALLOCATED_BYTES: &str = "peak_allocated_bytes";
+    /// Its `max_memory_reserved` over the same step.
+    pub const PEAK_RESERVED_BYTES: &str = "peak_reserved_bytes";
+    /// The peak of the bytes requested over the whole configuration (the pool allocator's runs).
+    pub const PEAK_REQUESTED_BYTES: &str = "peak_requested_bytes";
+}
+
+/// The `RUN_METADATA` of a measured configuration: what ran, on what, and its step times.
+pub fn run_metadata(
+    run: &RunConfig,
+    warmup: usize,
+    m: &Measured,
+    device: &DeviceInfo,
+    allocator: AllocatorKind,
+) -> RunMetadata {
+    let c = &run.model;
+    let mut meta = RunMetadata::describe(&RunDescription {
+        model: c.label(),
+        d_model: c.d_model as u32,
+        d_ff: c.d_ff as u32,
+        layers: c.layers as u32,
+        heads: c.heads as u32,
+        vocab: c.vocab as u32,
+        ctx: run.ctx as u32,
+        batch: run.batch as u32,
+        mode: run.mode.as_str().to_owned(),
+        precision: run.precision.as_str().to_owned(),
+    });
+    meta.set(keys::TF32, run.tf32)
+        .set(run_metadata::keys::WARMUP, warmup)
+        .set_step_times_ms(&m.host_ms)
+        .set(run_metadata::keys::DEVICE, &device.name)
+        .set(run_metadata::keys::DRIVER, &device.driver)
+        .set(keys::ALLOCATOR, allocator);
+    match &m.allocator {
+        Some(a) => {
+            meta.set(keys::PEAK_ALLOCATED_BYTES, a.max_allocated)
+                .set(keys::PEAK_RESERVED_BYTES, a.max_reserved);
+        }
+        None => {
+            meta.set(keys::PEAK_REQUESTED_BYTES, m.memory.peak);
+        }
+    }
+    meta
 }
 
 /// Run the whole grid; `progress` gets one line per configuration as it starts and ends.
@@ -248,7 +517,8 @@ pub fn run_grid(
             opts.warmup,
             opts.steps
         ));
-        let result = run_one(rt, run, opts.warmup, opts.steps, opts.seed);
+        let rec = opts.recording.for_run(run, grid.len() > 1);
+        let result = run_one_with(rt, run, opts.warmup, opts.steps, opts.seed, &rec);
         // Whatever the configuration held is dropped by now; give the pool's cache back so the
         // next configuration starts from an empty device.
         rt.gpu.memory.release_cached()?;
@@ -262,6 +532,9 @@ pub fn run_grid(
                     m.host.median,
                     plan::human_bytes(m.memory.peak)
                 ));
+                for f in &m.written {
+                    progress(&format!("[{}/{}] wrote {}", i + 1, grid.len(), f.display()));
+                }
                 Outcome::Ran(m)
             }
             Err(e) if e.is_oom() => {
@@ -387,15 +660,33 @@ pub fn results_json(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> V
                     obj.insert("event_step_ms".into(), json!(m.event_ms));
                     obj.insert("tokens_per_s".into(), json!(tokens_per_second(&r.run, m.host.mean)));
                     obj.insert("loss".into(), json!(m.loss));
-                    obj.insert(
-                        "memory".into(),
-                        json!({
-                            "after_build_bytes": m.memory.after_build,
-                            "in_use_bytes": m.memory.in_use,
-                            "peak_bytes": m.memory.peak,
-                            "device_used_bytes": m.memory.device_used,
-                        }),
-                    );
+                    let mut memory = json!({
+                        "after_build_bytes": m.memory.after_build,
+                        "in_use_bytes": m.memory.in_use,
+                        "peak_bytes": m.memory.peak,
+                        "device_used_bytes": m.memory.device_used,
+                    });
+                    if let (Some(a), Some(o)) = (&m.allocator, memory.as_object_mut()) {
+                        o.insert(
+                            "allocator".into(),
+                            json!({
+                                "kind": "caching",
+                                "peak_window": "last timed step",
+                                "max_allocated_bytes": a.max_allocated,
+                                "max_reserved_bytes": a.max_reserved,
+                                "allocated_bytes": a.allocated,
+                                "reserved_bytes": a.reserved,
+                                "device_allocs": a.device_allocs,
+                                "history_entries": a.history_entries,
+                            }),
+                        );
+                    }
+                    obj.insert("memory".into(), memory);
+                    if !m.written.is_empty() {
+                        let files: Vec<String> =
+                            m.written.iter().map(|p| p.display().to_string()).collect();
+                        obj.insert("files".into(), json!(files));
+                    }
                 }
                 Outcome::OutOfMemory { what } => {
                     obj.insert("status".into(), "oom".into());
@@ -415,7 +706,7 @@ pub fn results_json(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> V
         },
         "settings": {
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps, "tf32": opts.tf32,
-            "seed": opts.seed,
+            "seed": opts.seed, "allocator": opts.allocator.as_str(),
             "timing": "host clock from the step's launch to the end of a stream synchronize; CUDA events around the step",
         },
         "results": results,
@@ -455,6 +746,8 @@ mod tests {
             steps: 10,
             tf32: false,
             seed: 0,
+            allocator: AllocatorKind::Pool,
+            recording: Recording::default(),
         };
         let g = opts.grid();
         assert_eq!(g.len(), 16);

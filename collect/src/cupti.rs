@@ -270,13 +270,17 @@ pub struct KernelNames {
 /// Demangle a kernel name (Itanium C++ ABI) and take its base name. Names that are not mangled
 /// (`extern "C"` kernels, cuBLAS's `sm90_xmma_gemm_...`) are kept as they are.
 ///
-/// nsys demangles with NVIDIA's `cu++filt`, which spells some things differently (`(int)4`
-/// where this gives `4`, template parameters as `T1` in parameter lists); base names agree.
+/// Names are spelled as nsys spells them (NVIDIA's `cu++filt`, see [`crate::demangle`]); a name
+/// that module cannot read (expressions in template arguments) falls back to `cpp_demangle`'s
+/// spelling, whose base name still agrees.
 pub fn kernel_names(raw: &str) -> KernelNames {
     let demangled = if raw.starts_with("_Z") {
-        cpp_demangle::Symbol::new(raw)
-            .ok()
-            .and_then(|s| s.demangle().ok())
+        crate::demangle::demangle(raw)
+            .or_else(|| {
+                cpp_demangle::Symbol::new(raw)
+                    .ok()
+                    .and_then(|s| s.demangle().ok())
+            })
             .unwrap_or_else(|| raw.to_owned())
     } else {
         raw.to_owned()
@@ -508,6 +512,9 @@ struct Collected {
 
 static COLLECTED: Mutex<Option<Collected>> = Mutex::new(None);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The buffer callbacks are registered once per process and stay; a later tracer (the next
+/// configuration of a sweep) only enables the kinds again.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 fn buffer_layout() -> std::alloc::Layout {
     // Constant, valid size and alignment.
@@ -617,7 +624,10 @@ impl CuptiTracer {
             cupti::set_thread_id_type(
                 sys::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM,
             )?;
-            activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))?;
+            if !REGISTERED.load(Ordering::SeqCst) {
+                activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))?;
+                REGISTERED.store(true, Ordering::SeqCst);
+            }
             for k in KINDS {
                 activity::enable(k)?;
             }

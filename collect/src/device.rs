@@ -4,11 +4,12 @@
 //! goes through one [`DeviceMemory`], which counts bytes in use and the peak (the numbers
 //! `torch.cuda.memory_allocated` and `max_memory_allocated` give) and hands the raw requests to an
 //! [`Allocator`]. The default allocator is the driver's stream-ordered pool
-//! ([`StreamOrderedAllocator`]); a caching allocator that records memory history can be put in
-//! its place with [`DeviceMemory::with_allocator`]. All work runs on one stream, so a buffer freed
-//! in stream order is never in use by a later kernel. This module launches no kernels.
+//! ([`StreamOrderedAllocator`]); [`AllocatorKind::Caching`] puts PyTorch-like caching allocator
+//! ([`crate::caching_device`]), which can record memory history, in its place. All work runs on
+//! one stream, so a buffer freed in stream order is never in use by a later kernel. This module
+//! launches no kernels.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -16,7 +17,48 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 
+use crate::caching_allocator::{AllocatorConfig, CachingAllocator, CudaBackend, StreamId};
+use crate::caching_device::{CachingDeviceAllocator, SharedCaching};
 use crate::error::{CudaContext as _, Error, Result};
+
+/// Where [`DeviceMemory`] takes device memory from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllocatorKind {
+    /// The driver's stream-ordered pool (`cuMemAllocAsync`), the fastest to set up.
+    #[default]
+    Pool,
+    /// The PyTorch-like caching allocator over `cuMemAlloc`: realistic peaks, memory history.
+    Caching,
+}
+
+impl AllocatorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllocatorKind::Pool => "pool",
+            AllocatorKind::Caching => "caching",
+        }
+    }
+}
+
+impl std::fmt::Display for AllocatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for AllocatorKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<AllocatorKind> {
+        match s {
+            "pool" => Ok(AllocatorKind::Pool),
+            "caching" => Ok(AllocatorKind::Caching),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown allocator `{other}` (pool or caching)"
+            ))),
+        }
+    }
+}
 
 /// Element type of a device buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +271,8 @@ pub struct DeviceInfo {
 /// stream it frees on, the stream before the context.
 pub struct Gpu {
     pub memory: DeviceMemory,
+    /// The caching allocator behind `memory`, when it is the one in use.
+    pub caching: Option<SharedCaching>,
     pub stream: Arc<CudaStream>,
     pub ctx: Arc<CudaContext>,
     pub info: DeviceInfo,
@@ -258,8 +302,13 @@ pub fn probe() -> Result<usize> {
 }
 
 impl Gpu {
-    /// Open device 0, or say plainly why there is none.
+    /// Open device 0 with the stream-ordered pool, or say plainly why there is none.
     pub fn open() -> Result<Gpu> {
+        Gpu::open_with(AllocatorKind::Pool)
+    }
+
+    /// Open device 0, taking device memory from `allocator`.
+    pub fn open_with(allocator: AllocatorKind) -> Result<Gpu> {
         probe()?;
         let ctx = CudaContext::new(0).during("cuDevicePrimaryCtxRetain")?;
         // All work is on one stream and our buffers are raw pointers: cudarc's per-slice event
@@ -267,7 +316,26 @@ impl Gpu {
         // SAFETY: no cudarc CudaSlice is shared between streams in this program.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().during("cuStreamCreate")?;
-        let allocator = StreamOrderedAllocator::new(&ctx, &stream)?;
+        let (memory, caching) = match allocator {
+            AllocatorKind::Pool => (
+                DeviceMemory::with_allocator(Box::new(StreamOrderedAllocator::new(&ctx, &stream)?)),
+                None,
+            ),
+            AllocatorKind::Caching => {
+                let shared: SharedCaching = Rc::new(RefCell::new(CachingAllocator::new(
+                    CudaBackend::new(ctx.clone()),
+                    AllocatorConfig::default(),
+                )));
+                let adapter = CachingDeviceAllocator::new(
+                    shared.clone(),
+                    StreamId(stream.cu_stream() as u64),
+                );
+                (
+                    DeviceMemory::with_allocator(Box::new(adapter)),
+                    Some(shared),
+                )
+            }
+        };
         let info = DeviceInfo {
             name: ctx.name().during("cuDeviceGetName")?,
             compute_capability: ctx.compute_capability().during("cuDeviceGetAttribute")?,
@@ -278,7 +346,8 @@ impl Gpu {
                 .during("cuDeviceGetAttribute")?,
         };
         Ok(Gpu {
-            memory: DeviceMemory::with_allocator(Box::new(allocator)),
+            memory,
+            caching,
             stream,
             ctx,
             info,

@@ -46,6 +46,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// CUPTI could not trace (not loadable, refused a setting, lost buffers).
+    #[error("tracing failed: {0}")]
+    Trace(String),
+
+    #[error("writing the trace: {0}")]
+    TraceDb(#[from] crate::trace_db::TraceDbError),
+
+    #[error("writing the memory snapshot: {0}")]
+    Snapshot(#[from] crate::snapshot_writer::SnapshotError),
 }
 
 impl Error {

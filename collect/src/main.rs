@@ -10,8 +10,10 @@ use analyze::render::{self, Format};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 
+use collect::bench::Recording;
 use collect::bench::{self, BenchOptions};
 use collect::config::{Mode, ModelConfig, Precision, RunConfig};
+use collect::device::AllocatorKind;
 use collect::numerics;
 use collect::ops::Runtime;
 use collect::plan;
@@ -95,6 +97,19 @@ struct BenchArgs {
     /// Format of the table on stdout: table, markdown, csv, json.
     #[arg(long, default_value = "table")]
     format: Format,
+    /// Device memory from the driver's stream-ordered `pool` or the PyTorch-like `caching`
+    /// allocator (default: caching with --memory-snapshot, else pool).
+    #[arg(long)]
+    allocator: Option<String>,
+    /// Trace kernels, CUDA API calls, memcpys, memsets (CUPTI) and NVTX ranges into this SQLite
+    /// file in the Nsight Systems export schema, with the run's metadata. With several
+    /// configurations, each gets its own file (the configuration in the name).
+    #[arg(long, value_name = "FILE.sqlite")]
+    trace: Option<PathBuf>,
+    /// Record the caching allocator's memory history over the last timed step and write it as a
+    /// PyTorch memory snapshot (pickle; `.gz` compresses) to this file.
+    #[arg(long, value_name = "FILE")]
+    memory_snapshot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -197,6 +212,17 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
 }
 
 fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
+    let allocator = match (a.allocator.as_deref(), &a.memory_snapshot) {
+        (None, Some(_)) => AllocatorKind::Caching,
+        (None, None) => AllocatorKind::Pool,
+        (Some(s), snap) => {
+            let kind: AllocatorKind = s.parse()?;
+            if kind != AllocatorKind::Caching && snap.is_some() {
+                anyhow::bail!("--memory-snapshot records the caching allocator: use --allocator caching or leave it out");
+            }
+            kind
+        }
+    };
     let opts = BenchOptions {
         models: a.model.models(&a.size)?,
         ctxs: a.ctx,
@@ -207,6 +233,11 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         steps: a.steps,
         tf32: a.tf32,
         seed: a.seed,
+        allocator,
+        recording: Recording {
+            trace: a.trace,
+            memory_snapshot: a.memory_snapshot,
+        },
     };
     if opts.steps == 0 {
         anyhow::bail!("--steps must be at least 1");
@@ -214,7 +245,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     for run in opts.grid() {
         run.validate()?;
     }
-    let rt = Runtime::open()?;
+    let rt = Runtime::open_with(opts.allocator)?;
     eprintln!(
         "collect: {} (sm_{}{}, driver {}, {} of memory)",
         rt.gpu.info.name,

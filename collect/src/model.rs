@@ -14,12 +14,14 @@
 //! Activations are allocated during the forward and freed as the backward consumes them, so the
 //! memory in use rises and falls through a step as PyTorch's does. The forward of a `forward`
 //! step keeps nothing. Every allocation goes through the runtime's
-//! [`DeviceMemory`](crate::device::DeviceMemory).
+//! [`DeviceMemory`](crate::device::DeviceMemory), each activation under a module frame
+//! (`layers.3.attn.scores`, [`crate::memory_frames`]) that a recorded memory history keeps.
 
 use crate::blas::{Gemm, Mat};
 use crate::config::{Mode, Precision, RunConfig, RMS_EPS, ROPE_THETA};
 use crate::device::{Buffer, DType};
 use crate::error::Result;
+use crate::memory_frames;
 use crate::ops::{AdamWStep, AttnShape, Runtime};
 use crate::params::{Init, ParamLayout};
 use crate::ranges::{self, range};
@@ -227,6 +229,13 @@ impl<'r> Model<'r> {
         self.rt.gpu.memory.alloc(dtype, len)
     }
 
+    /// [`Model::alloc`] under the module frame `frame` (`attn.scores`, joined to the enclosing
+    /// `layers.N`), so that a recorded memory history says what each activation is.
+    fn alloc_in(&self, frame: &str, dtype: DType, len: usize) -> Result<Buffer> {
+        let _f = memory_frames::module(frame);
+        self.alloc(dtype, len)
+    }
+
     /// Replace the input tokens and targets (`batch * ctx` each).
     pub fn set_tokens(&mut self, tokens: &[i32], targets: &[i32]) -> Result<()> {
         let n = self.run.tokens();
@@ -279,7 +288,7 @@ impl<'r> Model<'r> {
         if let Some(b) = &self.params_bf16 {
             rt.cast_f32_bf16(self.params.ptr(), b.ptr(), self.layout.total)?;
         }
-        let mut x = self.alloc(DType::F32, bt * d)?;
+        let mut x = self.alloc_in("token_embeddings", DType::F32, bt * d)?;
         rt.embedding_fwd(
             self.tokens.ptr(),
             self.params.at(self.layout.embedding),
@@ -288,9 +297,10 @@ impl<'r> Model<'r> {
             d,
         )?;
         let mut saved = Vec::with_capacity(if keep { c.layers } else { 0 });
-        for lo in &self.layout.layers {
-            let rstd1 = self.alloc(DType::F32, bt)?;
-            let h1 = self.alloc(act, bt * d)?;
+        for (li, lo) in self.layout.layers.iter().enumerate() {
+            let _layer = memory_frames::module_with(|| format!("layers.{li}"));
+            let rstd1 = self.alloc_in("ln1", DType::F32, bt)?;
+            let h1 = self.alloc_in("ln1", act, bt * d)?;
             rt.rmsnorm_fwd(
                 act,
                 x.ptr(),
@@ -301,7 +311,7 @@ impl<'r> Model<'r> {
                 d,
                 RMS_EPS,
             )?;
-            let qkv = self.alloc(act, bt * 3 * d)?;
+            let qkv = self.alloc_in("attn.qkv_proj", act, bt * 3 * d)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,
@@ -316,9 +326,9 @@ impl<'r> Model<'r> {
                 0.0,
                 Mat::new(qkv.ptr(), act),
             )?;
-            let q = self.alloc(act, bt * d)?;
-            let k = self.alloc(act, bt * d)?;
-            let vv = self.alloc(act, bt * d)?;
+            let q = self.alloc_in("attn.rope", act, bt * d)?;
+            let k = self.alloc_in("attn.rope", act, bt * d)?;
+            let vv = self.alloc_in("attn.rope", act, bt * d)?;
             rt.rope_fwd(
                 act,
                 qkv.ptr(),
@@ -329,7 +339,7 @@ impl<'r> Model<'r> {
                 shape,
             )?;
             drop(qkv);
-            let p = self.alloc(act, bh * t * t)?;
+            let p = self.alloc_in("attn.scores", act, bh * t * t)?;
             {
                 let _r = range(ranges::ATTENTION_QK);
                 rt.blas.gemm_batched(
@@ -355,7 +365,7 @@ impl<'r> Model<'r> {
                 let _r = range(ranges::ATTENTION_SOFTMAX);
                 rt.softmax_causal_fwd(act, p.ptr(), t, bh * t)?;
             }
-            let o_heads = self.alloc(act, bt * d)?;
+            let o_heads = self.alloc_in("attn.context", act, bt * d)?;
             {
                 let _r = range(ranges::ATTENTION_V);
                 rt.blas.gemm_batched(
@@ -377,11 +387,11 @@ impl<'r> Model<'r> {
                     bh,
                 )?;
             }
-            let attn = self.alloc(act, bt * d)?;
+            let attn = self.alloc_in("attn.merge_heads", act, bt * d)?;
             rt.heads_to_tokens(act, o_heads.ptr(), attn.ptr(), shape)?;
             drop(o_heads);
             // x_mid = x + attn Woᵀ: the residual add rides on the GEMM's beta.
-            let x_mid = self.alloc(DType::F32, bt * d)?;
+            let x_mid = self.alloc_in("attn.output_proj", DType::F32, bt * d)?;
             rt.gpu.copy(x_mid.ptr(), x.ptr(), x.bytes())?;
             rt.blas.gemm(
                 Gemm {
@@ -397,8 +407,8 @@ impl<'r> Model<'r> {
                 1.0,
                 Mat::new(x_mid.ptr(), DType::F32),
             )?;
-            let rstd2 = self.alloc(DType::F32, bt)?;
-            let h2 = self.alloc(act, bt * d)?;
+            let rstd2 = self.alloc_in("ln2", DType::F32, bt)?;
+            let h2 = self.alloc_in("ln2", act, bt * d)?;
             rt.rmsnorm_fwd(
                 act,
                 x_mid.ptr(),
@@ -409,7 +419,7 @@ impl<'r> Model<'r> {
                 d,
                 RMS_EPS,
             )?;
-            let h13 = self.alloc(act, bt * 2 * f)?;
+            let h13 = self.alloc_in("ffn.w1_w3", act, bt * 2 * f)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,
@@ -424,9 +434,9 @@ impl<'r> Model<'r> {
                 0.0,
                 Mat::new(h13.ptr(), act),
             )?;
-            let g = self.alloc(act, bt * f)?;
+            let g = self.alloc_in("ffn.swiglu", act, bt * f)?;
             rt.swiglu_fwd(act, h13.ptr(), g.ptr(), bt, f)?;
-            let x_out = self.alloc(DType::F32, bt * d)?;
+            let x_out = self.alloc_in("ffn.w2", DType::F32, bt * d)?;
             rt.gpu.copy(x_out.ptr(), x_mid.ptr(), x_mid.bytes())?;
             rt.blas.gemm(
                 Gemm {
@@ -461,8 +471,8 @@ impl<'r> Model<'r> {
                 });
             }
         }
-        let rstd_final = self.alloc(DType::F32, bt)?;
-        let h_final = self.alloc(act, bt * d)?;
+        let rstd_final = self.alloc_in("ln_final", DType::F32, bt)?;
+        let h_final = self.alloc_in("ln_final", act, bt * d)?;
         rt.rmsnorm_fwd(
             act,
             x.ptr(),
@@ -473,7 +483,7 @@ impl<'r> Model<'r> {
             d,
             RMS_EPS,
         )?;
-        let logits = self.alloc(act, bt * v)?;
+        let logits = self.alloc_in("lm_head", act, bt * v)?;
         rt.blas.gemm(
             Gemm {
                 ta: false,
@@ -538,7 +548,7 @@ impl<'r> Model<'r> {
         } = fwd;
 
         // Loss and its gradient in one pass over the logits.
-        let dlogits = self.alloc(act, bt * v)?;
+        let dlogits = self.alloc_in("loss", act, bt * v)?;
         rt.cross_entropy(
             act,
             logits.ptr(),
@@ -565,7 +575,7 @@ impl<'r> Model<'r> {
             0.0,
             self.grad(head),
         )?;
-        let dh_final = self.alloc(DType::F32, bt * d)?;
+        let dh_final = self.alloc_in("lm_head", DType::F32, bt * d)?;
         rt.blas.gemm(
             Gemm {
                 ta: false,
@@ -582,9 +592,9 @@ impl<'r> Model<'r> {
         )?;
         drop((dlogits, h_final));
         // dx: gradient of the residual stream (fp32), and its bf16 copy for bf16 GEMMs.
-        let dx = self.alloc(DType::F32, bt * d)?;
+        let dx = self.alloc_in("ln_final", DType::F32, bt * d)?;
         let dx_bf16 = if bf16 {
-            Some(self.alloc(DType::Bf16, bt * d)?)
+            Some(self.alloc_in("ln_final", DType::Bf16, bt * d)?)
         } else {
             None
         };
@@ -614,6 +624,7 @@ impl<'r> Model<'r> {
 
         for li in (0..c.layers).rev() {
             let lo = self.layout.layers[li];
+            let _layer = memory_frames::module_with(|| format!("layers.{li}"));
             let s = layers.pop().expect("one saved block per layer");
             // FFN: x_out = x_mid + g W2ᵀ, g = silu(h13[:, :f]) * h13[:, f:].
             rt.blas.gemm(
@@ -630,7 +641,7 @@ impl<'r> Model<'r> {
                 0.0,
                 self.grad(lo.w2),
             )?;
-            let dg = self.alloc(act, bt * f)?;
+            let dg = self.alloc_in("ffn.w2", act, bt * f)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,
@@ -646,7 +657,7 @@ impl<'r> Model<'r> {
                 Mat::new(dg.ptr(), act),
             )?;
             drop(s.g);
-            let dh13 = self.alloc(act, bt * 2 * f)?;
+            let dh13 = self.alloc_in("ffn.swiglu", act, bt * 2 * f)?;
             rt.swiglu_bwd(act, s.h13.ptr(), dg.ptr(), dh13.ptr(), bt, f)?;
             drop((dg, s.h13));
             rt.blas.gemm(
@@ -663,7 +674,7 @@ impl<'r> Model<'r> {
                 0.0,
                 self.grad(lo.w13),
             )?;
-            let dh2 = self.alloc(DType::F32, bt * d)?;
+            let dh2 = self.alloc_in("ffn.w1_w3", DType::F32, bt * d)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,
@@ -715,7 +726,7 @@ impl<'r> Model<'r> {
                 0.0,
                 self.grad(lo.wo),
             )?;
-            let dattn = self.alloc(act, bt * d)?;
+            let dattn = self.alloc_in("attn.output_proj", act, bt * d)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,
@@ -731,12 +742,12 @@ impl<'r> Model<'r> {
                 Mat::new(dattn.ptr(), act),
             )?;
             drop(s.attn);
-            let do_heads = self.alloc(act, bt * d)?;
+            let do_heads = self.alloc_in("attn.merge_heads", act, bt * d)?;
             rt.tokens_to_heads(act, dattn.ptr(), do_heads.ptr(), shape)?;
             drop(dattn);
 
             // Attention: o = P v, P = softmax(q kᵀ * scale).
-            let dp = self.alloc(act, bh * t * t)?;
+            let dp = self.alloc_in("attn.context", act, bh * t * t)?;
             rt.blas.gemm_batched(
                 Gemm {
                     ta: false,
@@ -755,7 +766,7 @@ impl<'r> Model<'r> {
                 t * t,
                 bh,
             )?;
-            let dv = self.alloc(act, bt * d)?;
+            let dv = self.alloc_in("attn.context", act, bt * d)?;
             rt.blas.gemm_batched(
                 Gemm {
                     ta: true,
@@ -777,7 +788,7 @@ impl<'r> Model<'r> {
             drop((do_heads, s.v));
             rt.softmax_causal_bwd(act, s.p.ptr(), dp.ptr(), t, bh * t)?;
             drop(s.p);
-            let dq = self.alloc(act, bt * d)?;
+            let dq = self.alloc_in("attn.scores", act, bt * d)?;
             rt.blas.gemm_batched(
                 Gemm {
                     ta: false,
@@ -796,7 +807,7 @@ impl<'r> Model<'r> {
                 t * dh,
                 bh,
             )?;
-            let dk = self.alloc(act, bt * d)?;
+            let dk = self.alloc_in("attn.scores", act, bt * d)?;
             rt.blas.gemm_batched(
                 Gemm {
                     ta: true,
@@ -816,7 +827,7 @@ impl<'r> Model<'r> {
                 bh,
             )?;
             drop((dp, s.q, s.k));
-            let dqkv = self.alloc(act, bt * 3 * d)?;
+            let dqkv = self.alloc_in("attn.rope", act, bt * 3 * d)?;
             rt.rope_bwd(
                 act,
                 dq.ptr(),
@@ -841,7 +852,7 @@ impl<'r> Model<'r> {
                 0.0,
                 self.grad(lo.wqkv),
             )?;
-            let dh1 = self.alloc(DType::F32, bt * d)?;
+            let dh1 = self.alloc_in("attn.qkv_proj", DType::F32, bt * d)?;
             rt.blas.gemm(
                 Gemm {
                     ta: false,

@@ -6,7 +6,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use crate::blas::Blas;
-use crate::device::{DType, Gpu};
+use crate::device::{AllocatorKind, DType, Gpu};
 use crate::error::{CudaContext as _, Result};
 use crate::kernels::Kernels;
 
@@ -23,7 +23,12 @@ pub struct Runtime {
 impl Runtime {
     /// Open device 0, compile the kernels for it, create the cuBLAS handle.
     pub fn open() -> Result<Runtime> {
-        let gpu = Gpu::open()?;
+        Runtime::open_with(AllocatorKind::Pool)
+    }
+
+    /// [`Runtime::open`] with device memory from `allocator`.
+    pub fn open_with(allocator: AllocatorKind) -> Result<Runtime> {
+        let gpu = Gpu::open_with(allocator)?;
         let kernels = Kernels::load(&gpu.ctx)?;
         let blas = Blas::new(&gpu)?;
         Ok(Runtime { blas, kernels, gpu })

@@ -37,6 +37,24 @@ pub trait RangeRecorder {
     fn pop(&mut self, at: Instant);
 }
 
+/// Several recorders behind one: each gets every push and pop, in order (a trace writer and the
+/// memory history's phase frames, when both are on).
+pub struct Fanout(pub Vec<Box<dyn RangeRecorder>>);
+
+impl RangeRecorder for Fanout {
+    fn push(&mut self, name: &str, at: Instant) {
+        for r in &mut self.0 {
+            r.push(name, at);
+        }
+    }
+
+    fn pop(&mut self, at: Instant) {
+        for r in &mut self.0 {
+            r.pop(at);
+        }
+    }
+}
+
 thread_local! {
     static RECORDER: RefCell<Option<Box<dyn RangeRecorder>>> = const { RefCell::new(None) };
 }
