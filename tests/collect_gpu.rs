@@ -304,3 +304,101 @@ fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
     assert_eq!(m.host_ms.len(), 2);
     assert!(m.event.mean > 0.0 && m.host.mean >= m.event.mean * 0.5);
 }
+
+/// Kernels of ours one training step launches, for `layers` blocks (from `Model::step`; GEMMs
+/// are cuBLAS's and vary in count with its heuristics).
+fn our_kernels_per_train_step(layers: i64) -> std::collections::BTreeMap<&'static str, i64> {
+    let l = layers;
+    [
+        ("embedding_fwd", 1),
+        ("rmsnorm_fwd_f32", 2 * l + 1),
+        ("rope_fwd_f32", l),
+        ("softmax_causal_fwd_f32", l),
+        ("heads_to_tokens_f32", l),
+        ("swiglu_fwd_f32", l),
+        ("cross_entropy_f32", 1),
+        ("mean_f32", 1),
+        ("rmsnorm_bwd", 2 * l + 1),
+        ("rmsnorm_dw", 2 * l + 1),
+        ("swiglu_bwd_f32", l),
+        ("tokens_to_heads_f32", l),
+        ("softmax_causal_bwd_f32", l),
+        ("rope_bwd_f32", l),
+        ("embedding_bwd", 1),
+        ("adamw_x4", 1),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() {
+    use collect::bench::{run_one_with, Recording};
+    use collect::device::AllocatorKind;
+    let rt = match Runtime::open_with(AllocatorKind::Caching) {
+        Ok(rt) => rt,
+        Err(e @ (Error::NoDevice { .. } | Error::MissingLibrary { .. })) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("the GPU is there but could not be opened: {e}"),
+    };
+    let run = tiny(Mode::Train, Precision::Fp32);
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recording {
+        trace: Some(dir.path().join("run.sqlite")),
+        memory_snapshot: Some(dir.path().join("run.pickle")),
+    };
+    let m = run_one_with(&rt, &run, 1, 2, 0, &rec).unwrap();
+    assert_eq!(m.written.len(), 2);
+    let a = m.allocator.expect("the caching allocator's counters");
+    assert_eq!(m.memory.peak, a.max_allocated);
+    assert!(a.history_entries > 0);
+    // Blocks are 512-byte multiples and the plan counts bytes asked for: the allocator's peak is
+    // at least the planned one.
+    assert!(a.max_allocated >= collect::plan::plan(&run).memory.peak);
+
+    let db = rusqlite::Connection::open(dir.path().join("run.sqlite")).unwrap();
+    let one = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let kernels = one("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL");
+    assert!(kernels > 0);
+    // Every kernel joins exactly one API call (the driver call a runtime call makes is dropped).
+    assert_eq!(
+        one(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE (SELECT count(*) FROM \
+             CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId) != 1"
+        ),
+        0
+    );
+    let peak: String = db
+        .query_row(
+            "SELECT value FROM RUN_METADATA WHERE name = 'peak_allocated_bytes'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(peak, a.max_allocated.to_string());
+    // Our kernels per measured step, attributed by the launching call's start inside step_N.
+    let expected = our_kernels_per_train_step(run.model.layers as i64);
+    for step in ["step_0", "step_1"] {
+        let mut st = db
+            .prepare(
+                "SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+                 JOIN StringIds s ON s.id = k.demangledName \
+                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId \
+                 JOIN NVTX_EVENTS n ON n.text = ?1 AND r.start BETWEEN n.start AND n.end \
+                 AND r.globalTid = n.globalTid GROUP BY s.value",
+            )
+            .unwrap();
+        let got: std::collections::BTreeMap<String, i64> = st
+            .query_map([step], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        for (name, n) in &expected {
+            assert_eq!(got.get(*name), Some(n), "{step}: {name} in {got:?}");
+        }
+    }
+    let snapshot = std::fs::read(dir.path().join("run.pickle")).unwrap();
+    assert_eq!(&snapshot[..2], b"\x80\x04", "a protocol-4 pickle");
+}

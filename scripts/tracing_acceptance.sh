@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the project root (with .device/lib for nsys): everything issue 7's
+# acceptance needs from the device, in one go.
+#   scripts/tracing_acceptance.sh COLLECT_BINARY WORK_DIR
+# For small, ctx 128, train, fp32 and bf16 (2 warm-up and 2 timed steps, as the PyTorch
+# captures in the shared fixtures): collect with --trace and --memory-snapshot; the same
+# configuration under Nsight Systems (a separate, plain run), exported to SQLite; `nsys stats`
+# (cuda_gpu_kern_sum, nvtx_sum, nvtx_kern_sum) on both; PyTorch's pickle.load and
+# torch.cuda._memory_viz (stats, segsum, trace, trace_plot) on the snapshot, with the peak
+# replayed from the snapshot's trace. Logs and outputs go to WORK_DIR.
+set -uo pipefail
+bin=$1
+w=$2
+mkdir -p "$w"
+export LD_LIBRARY_PATH=$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
+here=$(dirname "$0")
+cfg=(--size small --ctx 128 --mode train --warmup 2 --steps 2)
+for p in fp32 bf16; do
+    "$bin" bench "${cfg[@]}" --precision "$p" --trace "$w/collect_small_$p.sqlite" \
+        --memory-snapshot "$w/collect_small_$p.pickle" --out "$w/collect_small_$p.json" \
+        --format markdown > "$w/collect_small_$p.md" 2> "$w/collect_small_$p.log"
+    echo "collect $p: exit $?"
+    $NSYS profile --trace=cuda,nvtx --sample=none --cpuctxsw=none -o "/tmp/nsys_small_$p" \
+        --force-overwrite=true "$bin" bench "${cfg[@]}" --precision "$p" \
+        --out "$w/nsys_small_$p.json" > "$w/nsys_small_$p.log" 2>&1
+    echo "nsys profile $p: exit $?"
+    $NSYS export --type sqlite --force-overwrite=true -o "$w/nsys_small_$p.sqlite" \
+        "/tmp/nsys_small_$p.nsys-rep" >> "$w/nsys_small_$p.log" 2>&1
+    echo "nsys export $p: exit $?"
+    for f in collect nsys; do
+        $NSYS stats --report cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum --format csv \
+            --force-overwrite=true --output "$w/${f}_small_$p" "$w/${f}_small_$p.sqlite" \
+            > "$w/${f}_small_${p}_stats.log" 2>&1
+        echo "nsys stats on $f $p: exit $?"
+    done
+done
+python3 "$here/snapshot_check.py" "$w/collect_small_fp32.pickle" "$w/collect_small_fp32.json" \
+    > "$w/snapshot_check.log" 2>&1
+echo "snapshot check: exit $?"
+for c in stats segsum trace; do
+    python3 -m torch.cuda._memory_viz "$c" "$w/collect_small_fp32.pickle" > "$w/memory_viz_$c.txt" 2>&1
+    echo "memory_viz $c: exit $?"
+done
+python3 -m torch.cuda._memory_viz trace_plot "$w/collect_small_fp32.pickle" \
+    -o "$w/memory_viz_trace_plot.html" > "$w/memory_viz_trace_plot.log" 2>&1
+echo "memory_viz trace_plot: exit $?"
