@@ -16,9 +16,15 @@ fn torch_small_ctx128_train_fp32_loads_every_table() {
     assert!(t.ranges.iter().all(|r| r.style == RangeStyle::PushPop));
     assert_eq!(t.source.schema_version.as_deref(), Some("3.20.3"));
     assert_eq!(t.gpus[0].name, "NVIDIA H200");
-    let names: std::collections::HashSet<&str> =
-        t.ranges.iter().map(|r| t.name(r.name)).collect();
-    for n in ["forward", "backward", "optimizer", "step_0", "step_1", "attention_softmax"] {
+    let names: std::collections::HashSet<&str> = t.ranges.iter().map(|r| t.name(r.name)).collect();
+    for n in [
+        "forward",
+        "backward",
+        "optimizer",
+        "step_0",
+        "step_1",
+        "attention_softmax",
+    ] {
         assert!(names.contains(n), "{n} missing");
     }
     assert!(t.kernels.windows(2).all(|w| w[0].start <= w[1].start));

@@ -383,7 +383,10 @@ impl Trace {
 
 /// Split an nsys `globalTid`/`globalPid` into (pid, tid).
 pub fn split_global_tid(global: i64) -> (u32, u32) {
-    (((global >> 24) & 0xFF_FFFF) as u32, (global & 0xFF_FFFF) as u32)
+    (
+        ((global >> 24) & 0xFF_FFFF) as u32,
+        (global & 0xFF_FFFF) as u32,
+    )
 }
 
 #[cfg(test)]

@@ -78,7 +78,10 @@ pub fn detect(path: &Path) -> Result<Kind> {
     if head.starts_with(SQLITE_MAGIC) {
         return Ok(Kind::NsysSqlite);
     }
-    if path.extension().is_some_and(|e| e == "nsys-rep" || e == "qdrep") {
+    if path
+        .extension()
+        .is_some_and(|e| e == "nsys-rep" || e == "qdrep")
+    {
         return Ok(Kind::NsysRep);
     }
     let inner = if head.starts_with(GZIP_MAGIC) {

@@ -27,7 +27,14 @@ pub fn sqlite_for(rep: &Path) -> Result<PathBuf> {
         });
     };
     let output = Command::new(&nsys)
-        .args(["export", "--type", "sqlite", "--force-overwrite", "true", "-o"])
+        .args([
+            "export",
+            "--type",
+            "sqlite",
+            "--force-overwrite",
+            "true",
+            "-o",
+        ])
         .arg(&sqlite)
         .arg(rep)
         .output()
@@ -37,7 +44,11 @@ pub fn sqlite_for(rep: &Path) -> Result<PathBuf> {
         })?;
     if !output.status.success() || !sqlite.is_file() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         return Err(Error::NsysReport {
             path: rep.to_owned(),
             message: format!(

@@ -295,10 +295,9 @@ impl<'a> Reader<'a> {
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let names = (|| -> rusqlite::Result<_> {
-                Ok((r.get_ref(6)?, r.get_ref(7)?, r.get_ref(8)?))
-            })()
-            .map_err(|e| self.err(e))?;
+            let names =
+                (|| -> rusqlite::Result<_> { Ok((r.get_ref(6)?, r.get_ref(7)?, r.get_ref(8)?)) })()
+                    .map_err(|e| self.err(e))?;
             let name = self.name_value(names.0);
             let short = self.name_value(names.1);
             let mangled = self.name_value(names.2);
