@@ -9,13 +9,50 @@
 //! timestamps: a kernel may run long after its range was popped and still belong to it.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::{ApiCall, Range, Trace};
 
+/// A fast hasher for the small integer keys of the reports' hash maps (the FxHash mix): the
+/// default SipHash costs more than the rest of a lookup, and these keys come from one file, not
+/// from an adversary.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// A `HashMap` with [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
 /// The API calls that launched GPU work, found by (process, correlation id).
 pub struct Launchers {
-    /// (pid, correlation id, index into `Trace::api_calls`), sorted.
-    keys: Vec<(u32, u64, u32)>,
+    /// Indices into `Trace::api_calls`, grouped by (pid, correlation id).
+    calls: Vec<u32>,
+    /// (pid, correlation id) -> the group's range in `calls`.
+    index: FastMap<(u32, u64), (u32, u32)>,
 }
 
 impl Launchers {
@@ -27,18 +64,32 @@ impl Launchers {
             .map(|(i, c)| (c.pid, c.correlation_id, i as u32))
             .collect();
         keys.sort_unstable();
-        Launchers { keys }
+        let mut index = FastMap::default();
+        index.reserve(keys.len());
+        let mut start = 0;
+        while start < keys.len() {
+            let key = (keys[start].0, keys[start].1);
+            let mut end = start + 1;
+            while end < keys.len() && (keys[end].0, keys[end].1) == key {
+                end += 1;
+            }
+            index.insert(key, (start as u32, end as u32));
+            start = end;
+        }
+        Launchers {
+            calls: keys.into_iter().map(|k| k.2).collect(),
+            index,
+        }
     }
 
     /// Indices of the API calls with this process and correlation id: normally one, none for work
     /// whose launch was not traced, several only in a malformed export (nsys's SQL join then
     /// counts the work once per call, and so do we).
-    pub fn of(&self, pid: u32, correlation_id: u64) -> &[(u32, u64, u32)] {
-        let lo = self
-            .keys
-            .partition_point(|k| (k.0, k.1) < (pid, correlation_id));
-        let hi = lo + self.keys[lo..].partition_point(|k| (k.0, k.1) == (pid, correlation_id));
-        &self.keys[lo..hi]
+    pub fn of(&self, pid: u32, correlation_id: u64) -> &[u32] {
+        match self.index.get(&(pid, correlation_id)) {
+            Some(&(a, b)) => &self.calls[a as usize..b as usize],
+            None => &[],
+        }
     }
 }
 
@@ -73,21 +124,26 @@ impl Enclosing {
                 }
             }
         }
-        let mut found: Vec<Vec<u32>> = vec![Vec::new(); trace.api_calls.len()];
+        // (call, range) pairs, then counted into per-call slices.
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
         for (ranges, calls) in threads.values() {
-            sweep(&trace.ranges, ranges, &trace.api_calls, calls, &mut found);
+            sweep(&trace.ranges, ranges, &trace.api_calls, calls, &mut pairs);
         }
-        let mut offsets = Vec::with_capacity(found.len() + 1);
-        let mut flat = Vec::new();
-        offsets.push(0);
-        for f in found {
-            flat.extend(f);
-            offsets.push(flat.len() as u32);
+        let mut offsets = vec![0u32; trace.api_calls.len() + 1];
+        for &(c, _) in &pairs {
+            offsets[c as usize + 1] += 1;
         }
-        Enclosing {
-            offsets,
-            ranges: flat,
+        for i in 1..offsets.len() {
+            offsets[i] += offsets[i - 1];
         }
+        let mut next = offsets.clone();
+        let mut ranges = vec![0u32; pairs.len()];
+        // Pairs of one call are pushed in range start order, and this keeps that order.
+        for (c, r) in pairs {
+            ranges[next[c as usize] as usize] = r;
+            next[c as usize] += 1;
+        }
+        Enclosing { offsets, ranges }
     }
 
     /// The ranges enclosing API call `call`.
@@ -105,27 +161,27 @@ impl Enclosing {
 fn sweep(
     all_ranges: &[Range],
     ranges: &[u32],
-    calls: &[ApiCall],
-    wanted: &[u32],
-    found: &mut [Vec<u32>],
+    all_calls: &[ApiCall],
+    calls: &[u32],
+    pairs: &mut Vec<(u32, u32)>,
 ) {
     let mut next = 0;
     let mut active: Vec<u32> = Vec::new();
-    for &c in wanted {
-        let call = &calls[c as usize];
+    for &c in calls {
+        let call = &all_calls[c as usize];
         while next < ranges.len() && all_ranges[ranges[next] as usize].start <= call.start {
             active.push(ranges[next]);
             next += 1;
         }
         // A range that ended before this call started cannot enclose any later call either.
         active.retain(|&r| all_ranges[r as usize].end >= call.start);
-        found[c as usize].extend(
+        // `active` is in start order (filled so, and `retain` keeps order).
+        pairs.extend(
             active
                 .iter()
-                .copied()
-                .filter(|&r| all_ranges[r as usize].end >= call.end),
+                .filter(|&&r| all_ranges[r as usize].end >= call.end)
+                .map(|&r| (c, r)),
         );
-        // Keep start order: `active` is filled in start order and `retain` keeps it.
     }
 }
 

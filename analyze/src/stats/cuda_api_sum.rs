@@ -8,11 +8,10 @@
 //! descending; equal totals keep the order in which the names first occur in the export (nsys
 //! keeps its string-id order, which we cannot see). Call durations are host time, not GPU time.
 
-use std::collections::HashMap;
-
 use crate::model::{StrId, Trace};
 use crate::render::Table;
 
+use super::attribution::FastMap;
 use super::{time_table, TimeRow};
 
 /// A function name as nsys prints it: a trailing `_vNNNN` (exactly six characters starting with
@@ -29,7 +28,7 @@ pub fn display_name(name: &str) -> &str {
 
 /// The rows of `cuda_api_sum`.
 pub fn rows(trace: &Trace) -> Vec<TimeRow> {
-    let mut groups: HashMap<StrId, Vec<i64>> = HashMap::new();
+    let mut groups: FastMap<StrId, Vec<i64>> = FastMap::default();
     for c in &trace.api_calls {
         groups.entry(c.name).or_default().push(c.duration().0);
     }
@@ -42,7 +41,7 @@ pub fn rows(trace: &Trace) -> Vec<TimeRow> {
             .into_iter()
             .map(|(name, d)| (display_name(trace.name(name)).to_owned(), d)),
     );
-    rows.sort_by(|a, b| b.summary.total.cmp(&a.summary.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
     rows
 }
 

@@ -7,11 +7,10 @@
 //! all kernels' times, not of wall time. Kernels on every device and stream are pooled. The
 //! `:nvtx-name` variant of nsys is not reproduced.
 
-use std::collections::HashMap;
-
 use crate::model::{Kernel, StrId, Trace};
 use crate::render::Table;
 
+use super::attribution::FastMap;
 use super::{time_table, TimeRow};
 
 /// Which of a kernel's names to group by.
@@ -37,7 +36,7 @@ impl KernelName {
 
 /// The rows of `cuda_gpu_kern_sum`.
 pub fn rows(trace: &Trace, names: KernelName) -> Vec<TimeRow> {
-    let mut groups: HashMap<StrId, Vec<i64>> = HashMap::new();
+    let mut groups: FastMap<StrId, Vec<i64>> = FastMap::default();
     for k in &trace.kernels {
         groups.entry(names.of(k)).or_default().push(k.duration().0);
     }

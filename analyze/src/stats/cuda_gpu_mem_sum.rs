@@ -30,7 +30,7 @@ fn groups(trace: &Trace) -> BTreeMap<String, (Vec<i64>, Vec<i64>)> {
 pub fn time_rows(trace: &Trace) -> Vec<TimeRow> {
     // Grouped in name order; the stable sort keeps it among equal totals.
     let mut rows = TimeRow::from_groups(groups(trace).into_iter().map(|(k, (d, _))| (k, d)));
-    rows.sort_by(|a, b| b.summary.total.cmp(&a.summary.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
     rows
 }
 
@@ -57,7 +57,7 @@ pub fn size_rows(trace: &Trace) -> Vec<SizeRow> {
             })
         })
         .collect();
-    rows.sort_by(|a, b| b.summary.total.cmp(&a.summary.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
     rows
 }
 

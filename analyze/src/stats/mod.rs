@@ -39,7 +39,19 @@ pub enum Report {
 }
 
 impl Report {
-    /// Every report, by the name nsys gives it.
+    /// The reports `analyze stats --report all` prints, by the names nsys gives them.
+    pub const ALL: &'static [&'static str] = &[
+        "cuda_api_sum",
+        "cuda_gpu_kern_sum",
+        "cuda_gpu_kern_sum:base",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+        "nvtx_sum",
+        "nvtx_kern_sum",
+        "nvtx_gpu_proj_sum",
+    ];
+
+    /// Every report name understood, variants included.
     pub const NAMES: &'static [&'static str] = &[
         "cuda_gpu_kern_sum",
         "cuda_gpu_kern_sum:base",
@@ -92,6 +104,11 @@ impl Report {
             tables: &["CUPTI_ACTIVITY_KIND_RUNTIME"],
             why: "the capture did not trace CUDA",
         };
+        // cuda_api_sum words the same lack differently.
+        const API_TRACE: Missing = Missing {
+            data: "CUDA trace data",
+            ..API
+        };
         const NVTX: Missing = Missing {
             data: "NV Tools Extension (NVTX) data",
             tables: &["NVTX_EVENTS"],
@@ -113,7 +130,7 @@ impl Report {
         };
         match self {
             Report::CudaGpuKernSum(_) => &[KERNEL],
-            Report::CudaApiSum => &[API],
+            Report::CudaApiSum => &[API_TRACE],
             Report::CudaGpuMemTimeSum | Report::CudaGpuMemSizeSum => &[MEMORY],
             Report::NvtxSum => &[NVTX],
             Report::NvtxKernSum(_) => &[NVTX, KERNEL, API],

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::model::{RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
-use super::attribution::{is_attributable, Enclosing, Labels, Launchers};
+use super::attribution::{is_attributable, Enclosing, FastMap, Labels, Launchers};
 use super::Summary;
 
 /// A row of `nvtx_gpu_proj_sum`.
@@ -69,15 +69,15 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
         );
     let mut wanted = vec![false; trace.api_calls.len()];
     for (pid, corr, _, _) in ops.clone() {
-        for &(_, _, call) in launchers.of(pid, corr) {
+        for &call in launchers.of(pid, corr) {
             wanted[call as usize] = true;
         }
     }
     let enclosing = Enclosing::new(trace, &wanted);
 
-    let mut projections: HashMap<u32, Projection> = HashMap::new();
+    let mut projections: FastMap<u32, Projection> = FastMap::default();
     for (pid, corr, start, end) in ops {
-        for &(_, _, call) in launchers.of(pid, corr) {
+        for &call in launchers.of(pid, corr) {
             for &r in enclosing.of(call) {
                 let p = projections.entry(r).or_insert(Projection {
                     start,
@@ -93,7 +93,7 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
 
     let parents = parents(trace);
     let levels = levels(&parents);
-    let mut children: HashMap<u32, u64> = HashMap::new();
+    let mut children: FastMap<u32, u64> = FastMap::default();
     for &r in projections.keys() {
         if let Some(p) = parents[r as usize] {
             *children.entry(p).or_default() += 1;
@@ -150,7 +150,7 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
             })
         })
         .collect();
-    rows.sort_by(|a, b| b.projected.total.cmp(&a.projected.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.projected.total));
     rows
 }
 

@@ -14,14 +14,12 @@
 //! Thread attribution has a known consequence for PyTorch: autograd launches backward kernels
 //! from its own thread, so a `backward` range pushed on the main thread gets few kernels.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
 use crate::model::{RangeStyle, StrId, Trace};
 use crate::render::{Cell, Table};
 
-use super::attribution::{Enclosing, Labels, Launchers};
+use super::attribution::{Enclosing, FastMap, Labels, Launchers};
 use super::{duration_cells, KernelName, Summary};
 
 /// A row of `nvtx_kern_sum`.
@@ -62,14 +60,14 @@ pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
     let launchers = Launchers::new(trace);
     let mut wanted = vec![false; trace.api_calls.len()];
     for k in &trace.kernels {
-        for &(_, _, call) in launchers.of(k.pid, k.correlation_id) {
+        for &call in launchers.of(k.pid, k.correlation_id) {
             wanted[call as usize] = true;
         }
     }
     let enclosing = Enclosing::new(trace, &wanted);
     let labels = Labels::new(trace);
 
-    let mut groups: HashMap<Key, Group> = HashMap::new();
+    let mut groups: FastMap<Key, Group> = FastMap::default();
     let mut add = |key: Key, kernel: usize, duration: i64, range: Option<u32>| {
         let g = groups.entry(key).or_default();
         g.durations.push(duration);
@@ -95,7 +93,7 @@ pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
             };
             add(key, ki, duration, None);
         }
-        for &(_, _, call) in calls {
+        for &call in calls {
             let c = &trace.api_calls[call as usize];
             let ranges = enclosing.of(call);
             let mut key = Key {

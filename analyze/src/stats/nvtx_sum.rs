@@ -48,7 +48,7 @@ pub fn rows(trace: &Trace) -> Vec<NvtxRow> {
         .zip(times)
         .map(|(style, time)| NvtxRow { style, time })
         .collect();
-    rows.sort_by(|a, b| b.time.summary.total.cmp(&a.time.summary.total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.time.summary.total));
     rows
 }
 
