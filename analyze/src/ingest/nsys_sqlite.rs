@@ -67,9 +67,17 @@ pub fn open(path: &Path) -> Result<Connection> {
 }
 
 fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
-    Error::Sqlite {
-        path: path.to_owned(),
-        source,
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    match source.sqlite_error_code() {
+        // Say what it means for the user's file: damaged, usually cut short.
+        Some(DatabaseCorrupt | NotADatabase) => Error::Malformed {
+            path: path.to_owned(),
+            message: format!("the SQLite file is damaged or truncated ({source})"),
+        },
+        _ => Error::Sqlite {
+            path: path.to_owned(),
+            source,
+        },
     }
 }
 
@@ -129,8 +137,13 @@ impl Drop for TempFile {
 /// Read the export stored at `db`; errors name `shown`, the file the user gave.
 fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
     let err = |e: rusqlite::Error| sqlite_err(shown, e);
+    // Errors about a temporary copy name the file the user gave.
     let conn = open(db).map_err(|e| match e {
         Error::Sqlite { source, .. } => sqlite_err(shown, source),
+        Error::Malformed { message, .. } => Error::Malformed {
+            path: shown.to_owned(),
+            message,
+        },
         other => other,
     })?;
     let schema = Schema::read(&conn).map_err(err)?;
