@@ -49,46 +49,135 @@ pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// The API calls that launched GPU work, found by (process, correlation id).
 pub struct Launchers {
-    /// Indices into `Trace::api_calls`, grouped by (pid, correlation id).
-    calls: Vec<u32>,
-    /// (pid, correlation id) -> the group's range in `calls`.
-    index: FastMap<(u32, u64), (u32, u32)>,
+    by_pid: FastMap<u32, ProcessCalls>,
+}
+
+/// One process's API calls by correlation id.
+#[derive(Default)]
+struct ProcessCalls {
+    /// Call index + 1 by correlation id (0: none), for ids small enough to index a vector, which
+    /// nsys's per-process counters are.
+    dense: Vec<u32>,
+    /// The first call of larger ids.
+    sparse: FastMap<u64, u32>,
+    /// Second and later calls with one id, which only a malformed export has.
+    more: FastMap<u64, Vec<u32>>,
 }
 
 impl Launchers {
     pub fn new(trace: &Trace) -> Launchers {
-        let mut keys: Vec<(u32, u64, u32)> = trace
-            .api_calls
+        let mut stats: FastMap<u32, (u64, u64)> = FastMap::default();
+        for c in &trace.api_calls {
+            let e = stats.entry(c.pid).or_default();
+            e.0 += 1;
+            e.1 = e.1.max(c.correlation_id);
+        }
+        let mut by_pid: FastMap<u32, ProcessCalls> = stats
             .iter()
-            .enumerate()
-            .map(|(i, c)| (c.pid, c.correlation_id, i as u32))
+            .map(|(&pid, &(count, max_id))| {
+                let mut p = ProcessCalls::default();
+                if max_id <= 4 * count + 4096 {
+                    p.dense = vec![0; max_id as usize + 1];
+                }
+                (pid, p)
+            })
             .collect();
-        keys.sort_unstable();
-        let mut index = FastMap::default();
-        index.reserve(keys.len());
-        let mut start = 0;
-        while start < keys.len() {
-            let key = (keys[start].0, keys[start].1);
-            let mut end = start + 1;
-            while end < keys.len() && (keys[end].0, keys[end].1) == key {
-                end += 1;
+        for (i, c) in trace.api_calls.iter().enumerate() {
+            let Some(p) = by_pid.get_mut(&c.pid) else {
+                continue;
+            };
+            let id = c.correlation_id;
+            let first = match p.dense.get_mut(id as usize) {
+                Some(slot) if *slot == 0 => {
+                    *slot = i as u32 + 1;
+                    true
+                }
+                Some(_) => false,
+                None => match p.sparse.entry(id) {
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(i as u32);
+                        true
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                },
+            };
+            if !first {
+                p.more.entry(id).or_default().push(i as u32);
             }
-            index.insert(key, (start as u32, end as u32));
-            start = end;
         }
-        Launchers {
-            calls: keys.into_iter().map(|k| k.2).collect(),
-            index,
-        }
+        Launchers { by_pid }
     }
 
-    /// Indices of the API calls with this process and correlation id: normally one, none for work
-    /// whose launch was not traced, several only in a malformed export (nsys's SQL join then
-    /// counts the work once per call, and so do we).
-    pub fn of(&self, pid: u32, correlation_id: u64) -> &[u32] {
-        match self.index.get(&(pid, correlation_id)) {
-            Some(&(a, b)) => &self.calls[a as usize..b as usize],
-            None => &[],
+    /// The API calls with this process and correlation id (indices into `Trace::api_calls`):
+    /// normally one, none for work whose launch was not traced, several only in a malformed
+    /// export (nsys's SQL join then counts the work once per call, and so do we).
+    pub fn of(&self, pid: u32, correlation_id: u64) -> Calls<'_> {
+        let Some(p) = self.by_pid.get(&pid) else {
+            return Calls::default();
+        };
+        let first = match p.dense.get(correlation_id as usize) {
+            Some(&slot) => slot.checked_sub(1),
+            None => p.sparse.get(&correlation_id).copied(),
+        };
+        let more = match first {
+            Some(_) if !p.more.is_empty() => p
+                .more
+                .get(&correlation_id)
+                .map_or(&[][..], |v| v.as_slice()),
+            _ => &[],
+        };
+        Calls { first, more }
+    }
+}
+
+/// The API calls [`Launchers::of`] found.
+#[derive(Default)]
+pub struct Calls<'a> {
+    first: Option<u32>,
+    more: &'a [u32],
+}
+
+impl Calls<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+impl Iterator for Calls<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        if let Some(f) = self.first.take() {
+            return Some(f);
+        }
+        let (&next, rest) = self.more.split_first()?;
+        self.more = rest;
+        Some(next)
+    }
+}
+
+/// What the NVTX-by-GPU reports share: launch calls, the ranges enclosing every call that
+/// launched GPU work, and range labels. Built once when several reports need it.
+pub struct Attribution {
+    pub launchers: Launchers,
+    pub enclosing: Enclosing,
+    pub labels: Labels,
+}
+
+impl Attribution {
+    pub fn new(trace: &Trace) -> Attribution {
+        let launchers = Launchers::new(trace);
+        let mut wanted = vec![false; trace.api_calls.len()];
+        let kernels = trace.kernels.iter().map(|k| (k.pid, k.correlation_id));
+        let mem_ops = trace.mem_ops.iter().map(|m| (m.pid, m.correlation_id));
+        for (pid, corr) in kernels.chain(mem_ops) {
+            for call in launchers.of(pid, corr) {
+                wanted[call as usize] = true;
+            }
+        }
+        Attribution {
+            enclosing: Enclosing::new(trace, &wanted),
+            launchers,
+            labels: Labels::new(trace),
         }
     }
 }
@@ -209,5 +298,52 @@ impl Labels {
             })
             .collect();
         Labels { of_range, text }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ApiKind, Nanos, Source, SourceFormat};
+
+    fn call(pid: u32, correlation_id: u64) -> ApiCall {
+        ApiCall {
+            start: Nanos(0),
+            end: Nanos(1),
+            pid,
+            tid: pid,
+            correlation_id,
+            name: crate::model::StrId(0),
+            kind: ApiKind::Runtime,
+        }
+    }
+
+    #[test]
+    fn launchers_by_process_and_correlation_id() {
+        let mut t = Trace::empty(Source {
+            path: "test".into(),
+            format: SourceFormat::NsysSqlite,
+            schema_version: None,
+            product_version: None,
+            metadata: Default::default(),
+            run: Default::default(),
+            missing: Vec::new(),
+        });
+        t.api_calls = vec![
+            call(1, 5),
+            call(2, 5),
+            call(1, 1 << 40),
+            call(1, 5),
+            call(1, 7),
+        ];
+        let l = Launchers::new(&t);
+        let of = |pid, id| l.of(pid, id).collect::<Vec<u32>>();
+        assert_eq!(of(1, 5), [0, 3]);
+        assert_eq!(of(2, 5), [1]);
+        assert_eq!(of(1, 1 << 40), [2]);
+        assert_eq!(of(1, 7), [4]);
+        assert!(l.of(1, 6).is_empty());
+        assert!(l.of(3, 5).is_empty());
+        assert!(of(1, u64::MAX).is_empty());
     }
 }

@@ -178,21 +178,35 @@ impl std::error::Error for Missing {}
 
 /// Compute one report, or say which data the export lacks for it.
 pub fn report(trace: &Trace, report: Report) -> Result<Table, Missing> {
-    for need in report.needs() {
-        let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
-        if need.tables.iter().all(absent) {
-            return Err(*need);
-        }
-    }
-    Ok(match report {
-        Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, names),
-        Report::CudaApiSum => cuda_api_sum::table(trace),
-        Report::CudaGpuMemTimeSum => cuda_gpu_mem_sum::time_table(trace),
-        Report::CudaGpuMemSizeSum => cuda_gpu_mem_sum::size_table(trace),
-        Report::NvtxSum => nvtx_sum::table(trace),
-        Report::NvtxKernSum(names) => nvtx_kern_sum::table(trace, names),
-        Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table(trace),
-    })
+    reports(trace, &[report]).remove(0)
+}
+
+/// Compute several reports of one trace, sharing the work they have in common.
+pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>> {
+    let shared = std::cell::OnceCell::new();
+    let attribution = || shared.get_or_init(|| attribution::Attribution::new(trace));
+    reports
+        .iter()
+        .map(|&report| {
+            for need in report.needs() {
+                let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
+                if need.tables.iter().all(absent) {
+                    return Err(*need);
+                }
+            }
+            Ok(match report {
+                Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, names),
+                Report::CudaApiSum => cuda_api_sum::table(trace),
+                Report::CudaGpuMemTimeSum => cuda_gpu_mem_sum::time_table(trace),
+                Report::CudaGpuMemSizeSum => cuda_gpu_mem_sum::size_table(trace),
+                Report::NvtxSum => nvtx_sum::table(trace),
+                Report::NvtxKernSum(names) => {
+                    nvtx_kern_sum::table_with(trace, attribution(), names)
+                }
+                Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table_with(trace, attribution()),
+            })
+        })
+        .collect()
 }
 
 /// A row of the reports that summarise durations by name (`cuda_gpu_kern_sum`, `cuda_api_sum`,

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::model::{RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
-use super::attribution::{is_attributable, Enclosing, FastMap, Labels, Launchers};
+use super::attribution::{is_attributable, Attribution, FastMap};
 use super::Summary;
 
 /// A row of `nvtx_gpu_proj_sum`.
@@ -55,7 +55,16 @@ struct Projection {
 
 /// The rows of `nvtx_gpu_proj_sum`.
 pub fn rows(trace: &Trace) -> Vec<ProjRow> {
-    let launchers = Launchers::new(trace);
+    rows_with(trace, &Attribution::new(trace))
+}
+
+/// [`rows`], with the attribution of GPU work to ranges already made.
+pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
+    let Attribution {
+        launchers,
+        enclosing,
+        labels,
+    } = attribution;
     // Every GPU operation as (pid, correlation id, start, end).
     let ops = trace
         .kernels
@@ -67,17 +76,10 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
                 .iter()
                 .map(|m| (m.pid, m.correlation_id, m.start.0, m.end.0)),
         );
-    let mut wanted = vec![false; trace.api_calls.len()];
-    for (pid, corr, _, _) in ops.clone() {
-        for &call in launchers.of(pid, corr) {
-            wanted[call as usize] = true;
-        }
-    }
-    let enclosing = Enclosing::new(trace, &wanted);
 
     let mut projections: FastMap<u32, Projection> = FastMap::default();
     for (pid, corr, start, end) in ops {
-        for &call in launchers.of(pid, corr) {
+        for call in launchers.of(pid, corr) {
             for &r in enclosing.of(call) {
                 let p = projections.entry(r).or_insert(Projection {
                     start,
@@ -100,7 +102,6 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
         }
     }
 
-    let labels = Labels::new(trace);
     struct Group {
         style: RangeStyle,
         projected: Vec<i64>,
@@ -252,6 +253,11 @@ fn levels(parents: &[Option<u32>]) -> Vec<Option<u32>> {
 
 /// `nvtx_gpu_proj_sum` as nsys prints it.
 pub fn table(trace: &Trace) -> Table {
+    table_with(trace, &Attribution::new(trace))
+}
+
+/// [`table`], with the attribution of GPU work to ranges already made.
+pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
     let mut t = Table::new([
         "Range",
         "Style",
@@ -268,7 +274,7 @@ pub fn table(trace: &Trace) -> Table {
         "Avg Range Lvl",
         "Avg Num Child",
     ]);
-    for r in rows(trace) {
+    for r in rows_with(trace, attribution) {
         let s = &r.projected;
         t.push(vec![
             Cell::text(r.range),

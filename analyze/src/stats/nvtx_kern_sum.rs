@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::model::{RangeStyle, StrId, Trace};
 use crate::render::{Cell, Table};
 
-use super::attribution::{Enclosing, FastMap, Labels, Launchers};
+use super::attribution::{Attribution, FastMap};
 use super::{duration_cells, KernelName, Summary};
 
 /// A row of `nvtx_kern_sum`.
@@ -57,16 +57,16 @@ struct Group {
 
 /// The rows of `nvtx_kern_sum`, kernels named as `names` says.
 pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
-    let launchers = Launchers::new(trace);
-    let mut wanted = vec![false; trace.api_calls.len()];
-    for k in &trace.kernels {
-        for &call in launchers.of(k.pid, k.correlation_id) {
-            wanted[call as usize] = true;
-        }
-    }
-    let enclosing = Enclosing::new(trace, &wanted);
-    let labels = Labels::new(trace);
+    rows_with(trace, &Attribution::new(trace), names)
+}
 
+/// [`rows`], with the attribution of GPU work to ranges already made.
+pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) -> Vec<NvtxKernRow> {
+    let Attribution {
+        launchers,
+        enclosing,
+        labels,
+    } = attribution;
     let mut groups: FastMap<Key, Group> = FastMap::default();
     let mut add = |key: Key, kernel: usize, duration: i64, range: Option<u32>| {
         let g = groups.entry(key).or_default();
@@ -93,7 +93,7 @@ pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
             };
             add(key, ki, duration, None);
         }
-        for &call in calls {
+        for call in calls {
             let c = &trace.api_calls[call as usize];
             let ranges = enclosing.of(call);
             let mut key = Key {
@@ -153,6 +153,11 @@ fn style_order(s: Option<RangeStyle>) -> Option<&'static str> {
 
 /// `nvtx_kern_sum` as nsys prints it.
 pub fn table(trace: &Trace, names: KernelName) -> Table {
+    table_with(trace, &Attribution::new(trace), names)
+}
+
+/// [`table`], with the attribution of GPU work to ranges already made.
+pub fn table_with(trace: &Trace, attribution: &Attribution, names: KernelName) -> Table {
     let mut t = Table::new([
         "NVTX Range",
         "Style",
@@ -169,7 +174,7 @@ pub fn table(trace: &Trace, names: KernelName) -> Table {
         "Kernel Name",
     ]);
     let opt_int = |v: Option<u32>| v.map_or(Cell::Missing, |v| Cell::Int(v as i64));
-    for r in rows(trace, names) {
+    for r in rows_with(trace, attribution, names) {
         let [total, _count, avg, med, min, max, std] = duration_cells(&r.summary);
         t.push(vec![
             r.range.map_or(Cell::Missing, Cell::Text),

@@ -54,9 +54,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
     let reports = reports(&args.report)?;
     let trace = analyze::ingest::load_trace(&args.file)?;
+    let kinds: Vec<Report> = reports.iter().map(|r| r.1).collect();
     let mut doc = Document::default();
-    for (name, report) in &reports {
-        match stats::report(&trace, *report) {
+    for ((name, _), result) in reports.iter().zip(stats::reports(&trace, &kinds)) {
+        match result {
             Ok(table) => doc.sections.push(Section {
                 // One report prints exactly as nsys prints it; several get their names.
                 title: (reports.len() > 1).then(|| name.clone()),
