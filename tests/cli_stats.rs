@@ -117,8 +117,8 @@ fn several_reports_share_one_load() {
     }
 }
 
-/// A minimal export with NVTX ranges and no CUDA tables: NVTX reports work, the others say in one
-/// line what is missing and exit 0.
+/// A minimal export with NVTX ranges (one still open at the end) and no CUDA tables: NVTX reports
+/// work, the others say in one line what is missing and exit 0.
 #[test]
 fn report_whose_table_is_missing_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +131,10 @@ fn report_whose_table_is_missing_is_skipped() {
              endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
          INSERT INTO StringIds VALUES (1, 'step');
          INSERT INTO NVTX_EVENTS (start, end, eventType, textId, globalTid, domainId)
-             VALUES (100, 400, 59, 1, 281474993487880, 0), (500, 700, 59, 1, 281474993487880, 0);",
+             VALUES (100, 400, 59, 1, 281474993487880, 0), (500, 700, 59, 1, 281474993487880, 0);
+         -- Still open when the capture ended: nsys ends it at the last NVTX timestamp, 700.
+         INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId)
+             VALUES (600, NULL, 59, 'tail', 281474993487880, 0);",
     )
     .unwrap();
     drop(conn);
@@ -140,7 +143,8 @@ fn report_whose_table_is_missing_is_skipped() {
     assert_eq!(
         stdout_of(&out),
         "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Style,Range\n\
-         100.0,500,2,250.0,250.0,200,300,70.7,PushPop,:step\n"
+         83.3,500,2,250.0,250.0,200,300,70.7,PushPop,:step\n\
+         16.7,100,1,100.0,100.0,100,100,0.0,PushPop,:tail\n"
     );
 
     for (report, lack) in [

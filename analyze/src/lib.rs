@@ -5,8 +5,10 @@
 //! [`memory::Snapshot`] (allocations). Analyses are pure functions over those; [`render`] shows
 //! their tables as text, CSV, JSON or Markdown.
 
+pub mod compare;
 pub mod error;
 pub mod ingest;
+pub mod kernel_name;
 pub mod memory;
 pub mod model;
 pub mod render;

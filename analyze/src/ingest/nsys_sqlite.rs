@@ -7,9 +7,9 @@
 //! columns are looked up by name. NVTX text is either inline (`text`) or interned (`textId` into
 //! `StringIds`); both occur in one file, and where a row has both the interned one wins, as in
 //! nsys's reports. Domain names come from the domain-create events of the same process. A range
-//! still open when the capture ended (no `end`) is kept and ends at the export's last range
-//! timestamp, the end nsys's reports give it. `collect`'s own traces use this schema plus a
-//! `RUN_METADATA (name, value)` table.
+//! still open when the capture ended (no `end`) goes to [`Trace::open_ranges`], ending at the
+//! export's last range timestamp, the end nsys's reports give it. `collect`'s own traces use this
+//! schema plus a `RUN_METADATA (name, value)` table.
 //!
 //! Rows are first read as they are stored (string ids unresolved) and then turned into the model
 //! in one pass; the kernel table, the largest, is read on a second connection in parallel.
@@ -684,8 +684,9 @@ fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Tr
     let mut names = rest.names;
     trace.kernels = kernels.resolve(&mut names);
     trace.api_calls = rest.api;
-    let (ranges, marks) = nvtx(&mut names, rest.nvtx);
+    let (ranges, open_ranges, marks) = nvtx(&mut names, rest.nvtx);
     trace.ranges = ranges;
+    trace.open_ranges = open_ranges;
     trace.marks = marks;
     trace.mem_ops = rest.mem_ops;
     trace.gpus = rest.gpus;
@@ -699,9 +700,9 @@ fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Tr
     trace
 }
 
-/// NVTX ranges and marks. Text is `coalesce(StringIds.value, text, '')` as in nsys's reports;
-/// domains are looked up by (process, domain id).
-fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Mark>) {
+/// NVTX ranges (closed, then still open) and marks. Text is `coalesce(StringIds.value, text, '')`
+/// as in nsys's reports; domains are looked up by (process, domain id).
+fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Range>, Vec<Mark>) {
     fn text_of(names: &mut Names, r: &RawNvtx) -> StrId {
         match r.text_id {
             Some(id) if names.text(id).is_some() => names.id(id),
@@ -733,6 +734,7 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Mark>) {
         .unwrap_or(0);
 
     let mut ranges = Vec::new();
+    let mut open_ranges = Vec::new();
     let mut marks = Vec::new();
     for r in &raw {
         let (pid, tid) = split_global_tid(r.global_tid);
@@ -756,7 +758,7 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Mark>) {
             }
             _ => continue,
         };
-        ranges.push(Range {
+        let range = Range {
             start: Nanos(r.start),
             end: Nanos(r.end.unwrap_or(last)),
             style,
@@ -765,7 +767,12 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Mark>) {
             pid,
             tid,
             end_tid: r.end_global_tid.map(|g| split_global_tid(g).1),
-        });
+        };
+        if r.end.is_some() {
+            ranges.push(range);
+        } else {
+            open_ranges.push(range);
+        }
     }
-    (ranges, marks)
+    (ranges, open_ranges, marks)
 }

@@ -8,6 +8,7 @@
 //! than they started on (`endGlobalTid` set) take no part, as in nsys. Nothing here looks at GPU
 //! timestamps: a kernel may run long after its range was popped and still belong to it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -155,16 +156,31 @@ impl Iterator for Calls<'_> {
     }
 }
 
-/// What the NVTX-by-GPU reports share: launch calls, the ranges enclosing every call that
-/// launched GPU work, and range labels. Built once when several reports need it.
-pub struct Attribution {
+/// Every NVTX range nsys's reports count, in start order: the closed ones and those still open
+/// when the capture ended ([`Trace::open_ranges`]). Range indices in this module point into it.
+pub fn all_ranges(trace: &Trace) -> Cow<'_, [Range]> {
+    if trace.open_ranges.is_empty() {
+        return Cow::Borrowed(&trace.ranges);
+    }
+    let mut all: Vec<Range> = trace.ranges.clone();
+    all.extend(trace.open_ranges.iter().cloned());
+    all.sort_by_key(|r| r.start);
+    Cow::Owned(all)
+}
+
+/// What the NVTX-by-GPU reports share: the ranges, launch calls, the ranges enclosing every call
+/// that launched GPU work, and range labels. Built once when several reports need it.
+pub struct Attribution<'t> {
+    /// [`all_ranges`].
+    pub ranges: Cow<'t, [Range]>,
     pub launchers: Launchers,
     pub enclosing: Enclosing,
     pub labels: Labels,
 }
 
-impl Attribution {
-    pub fn new(trace: &Trace) -> Attribution {
+impl<'t> Attribution<'t> {
+    pub fn new(trace: &'t Trace) -> Attribution<'t> {
+        let ranges = all_ranges(trace);
         let launchers = Launchers::new(trace);
         let mut wanted = vec![false; trace.api_calls.len()];
         let kernels = trace.kernels.iter().map(|k| (k.pid, k.correlation_id));
@@ -175,9 +191,10 @@ impl Attribution {
             }
         }
         Attribution {
-            enclosing: Enclosing::new(trace, &wanted),
+            enclosing: Enclosing::new(trace, &ranges, &wanted),
+            labels: Labels::new(trace, &ranges),
             launchers,
-            labels: Labels::new(trace),
+            ranges,
         }
     }
 }
@@ -188,7 +205,7 @@ pub fn is_attributable(range: &Range) -> bool {
 }
 
 /// For each API call asked about, the attributable ranges enclosing it on its thread, as indices
-/// into `Trace::ranges` in start order.
+/// into the ranges given (in start order).
 pub struct Enclosing {
     /// `ranges[offsets[c]..offsets[c + 1]]` enclose API call `c`.
     offsets: Vec<u32>,
@@ -196,12 +213,12 @@ pub struct Enclosing {
 }
 
 impl Enclosing {
-    /// The ranges enclosing every API call `c` with `wanted[c]`.
-    pub fn new(trace: &Trace, wanted: &[bool]) -> Enclosing {
+    /// Among `ranges` (sorted by start), those enclosing every API call `c` with `wanted[c]`.
+    pub fn new(trace: &Trace, ranges: &[Range], wanted: &[bool]) -> Enclosing {
         // Per thread: its attributable ranges and its wanted calls, both in start order (the
-        // trace keeps both lists sorted by start).
+        // trace keeps its calls sorted by start).
         let mut threads: HashMap<(u32, u32), (Vec<u32>, Vec<u32>)> = HashMap::new();
-        for (i, r) in trace.ranges.iter().enumerate() {
+        for (i, r) in ranges.iter().enumerate() {
             if is_attributable(r) {
                 threads.entry((r.pid, r.tid)).or_default().0.push(i as u32);
             }
@@ -215,8 +232,8 @@ impl Enclosing {
         }
         // (call, range) pairs, then counted into per-call slices.
         let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for (ranges, calls) in threads.values() {
-            sweep(&trace.ranges, ranges, &trace.api_calls, calls, &mut pairs);
+        for (members, calls) in threads.values() {
+            sweep(ranges, members, &trace.api_calls, calls, &mut pairs);
         }
         let mut offsets = vec![0u32; trace.api_calls.len() + 1];
         for &(c, _) in &pairs {
@@ -226,13 +243,16 @@ impl Enclosing {
             offsets[i] += offsets[i - 1];
         }
         let mut next = offsets.clone();
-        let mut ranges = vec![0u32; pairs.len()];
+        let mut flat = vec![0u32; pairs.len()];
         // Pairs of one call are pushed in range start order, and this keeps that order.
         for (c, r) in pairs {
-            ranges[next[c as usize] as usize] = r;
+            flat[next[c as usize] as usize] = r;
             next[c as usize] += 1;
         }
-        Enclosing { offsets, ranges }
+        Enclosing {
+            offsets,
+            ranges: flat,
+        }
     }
 
     /// The ranges enclosing API call `call`.
@@ -276,18 +296,17 @@ fn sweep(
 
 /// Range labels as nsys prints them (`domain:name`), interned so that grouping by label is cheap.
 pub struct Labels {
-    /// Label id of each range in `Trace::ranges`.
+    /// Label id of each range, by index into the ranges given.
     pub of_range: Vec<u32>,
     /// Label text by id.
     pub text: Vec<String>,
 }
 
 impl Labels {
-    pub fn new(trace: &Trace) -> Labels {
+    pub fn new(trace: &Trace, ranges: &[Range]) -> Labels {
         let mut ids: HashMap<String, u32> = HashMap::new();
         let mut text = Vec::new();
-        let of_range = trace
-            .ranges
+        let of_range = ranges
             .iter()
             .map(|r| {
                 let label = trace.range_label(r);

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::model::{RangeStyle, Trace};
+use crate::model::{Range, RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
 use super::attribution::{is_attributable, Attribution, FastMap};
@@ -61,6 +61,7 @@ pub fn rows(trace: &Trace) -> Vec<ProjRow> {
 /// [`rows`], with the attribution of GPU work to ranges already made.
 pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
     let Attribution {
+        ranges,
         launchers,
         enclosing,
         labels,
@@ -93,7 +94,7 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
         }
     }
 
-    let parents = parents(trace);
+    let parents = parents(ranges);
     let levels = levels(&parents);
     let mut children: FastMap<u32, u64> = FastMap::default();
     for &r in projections.keys() {
@@ -113,7 +114,7 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
     // Keyed by (name, style text): iteration order is nsys's grouping order, kept among ties.
     let mut groups: BTreeMap<(&str, &'static str), Group> = BTreeMap::new();
     for (r, mut p) in projections {
-        let range = &trace.ranges[r as usize];
+        let range = &ranges[r as usize];
         let label = labels.text[labels.of_range[r as usize] as usize].as_str();
         let g = groups
             .entry((label, range.style.as_str()))
@@ -155,19 +156,19 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
     rows
 }
 
-/// The parent of each range (index into `Trace::ranges`): the attributable range on the same
+/// The parent of each range (by index): the attributable range on the same
 /// thread, other than itself, that contains it with the least slack, i.e. the shortest one.
 /// Ranges that are not attributable have no parent and are no one's parent.
-fn parents(trace: &Trace) -> Vec<Option<u32>> {
-    let mut parents = vec![None; trace.ranges.len()];
+fn parents(ranges: &[Range]) -> Vec<Option<u32>> {
+    let mut parents = vec![None; ranges.len()];
     let mut threads: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
-    for (i, r) in trace.ranges.iter().enumerate() {
+    for (i, r) in ranges.iter().enumerate() {
         if is_attributable(r) {
             threads.entry((r.pid, r.tid)).or_default().push(i as u32);
         }
     }
     for members in threads.values() {
-        thread_parents(trace, members, &mut parents);
+        thread_parents(ranges, members, &mut parents);
     }
     parents
 }
@@ -175,9 +176,9 @@ fn parents(trace: &Trace) -> Vec<Option<u32>> {
 /// Parents within one thread's ranges (given in start order). Ranges are visited by start; a
 /// prefix-minimum Fenwick tree over end times (largest first) answers "the shortest range seen so
 /// far that ends at or after this one's end"; ranges sharing a start are compared directly.
-fn thread_parents(trace: &Trace, members: &[u32], parents: &mut [Option<u32>]) {
-    let start = |r: u32| trace.ranges[r as usize].start.0;
-    let end = |r: u32| trace.ranges[r as usize].end.0;
+fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]) {
+    let start = |r: u32| ranges[r as usize].start.0;
+    let end = |r: u32| ranges[r as usize].end.0;
     // Candidate order: shorter first, then earlier in the trace.
     let rank = |r: u32| (end(r) - start(r), r);
 
@@ -299,7 +300,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Nanos, Range, Source, SourceFormat};
+    use crate::model::{Nanos, Source, SourceFormat};
 
     fn trace(ranges: &[(i64, i64)]) -> Trace {
         let mut t = Trace::empty(Source {
@@ -357,13 +358,13 @@ mod tests {
             (60, 70),
             (100, 100),
         ]);
-        assert_eq!(parents(&t), brute_parents(&t));
+        assert_eq!(parents(&t.ranges), brute_parents(&t));
     }
 
     #[test]
     fn identical_ranges_have_no_level() {
         let t = trace(&[(0, 100), (10, 20), (10, 20), (12, 15)]);
-        let p = parents(&t);
+        let p = parents(&t.ranges);
         assert_eq!(p, vec![None, Some(2), Some(1), Some(1)]);
         assert_eq!(levels(&p), vec![Some(0), None, None, None]);
     }

@@ -63,6 +63,7 @@ pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
 /// [`rows`], with the attribution of GPU work to ranges already made.
 pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) -> Vec<NvtxKernRow> {
     let Attribution {
+        ranges: all_ranges,
         launchers,
         enclosing,
         labels,
@@ -108,7 +109,7 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) ->
             }
             for &r in ranges {
                 key.label = Some(labels.of_range[r as usize]);
-                key.style = Some(trace.ranges[r as usize].style);
+                key.style = Some(all_ranges[r as usize].style);
                 add(key, ki, duration, Some(r));
             }
         }

@@ -3,8 +3,8 @@
 //!
 //! As in nsys: a range's time is its CPU-side duration, from push (or start) to pop (or end),
 //! whatever thread it ended on; ranges of the default domain print as `:name`; a range still open
-//! when the capture ended lasts until the last NVTX timestamp of the export (see
-//! [`crate::ingest::nsys_sqlite`]). Rows are ordered by total time descending, equal totals by
+//! when the capture ended counts too, until the last NVTX range timestamp of the export
+//! ([`Trace::open_ranges`]). Rows are ordered by total time descending, equal totals by
 //! name then style. Marks (instants) are not ranges and are not counted.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crate::model::{RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
-use super::attribution::Labels;
+use super::attribution::{all_ranges, Labels};
 use super::{duration_cells, float_or_missing, TimeRow};
 
 /// A row of `nvtx_sum`.
@@ -26,10 +26,11 @@ pub struct NvtxRow {
 
 /// The rows of `nvtx_sum`.
 pub fn rows(trace: &Trace) -> Vec<NvtxRow> {
-    let labels = Labels::new(trace);
+    let ranges = all_ranges(trace);
+    let labels = Labels::new(trace, &ranges);
     // Keyed by (label text, style) so that iteration, and thus ties, follow nsys's grouping.
     let mut groups: BTreeMap<(&str, &'static str), (RangeStyle, Vec<i64>)> = BTreeMap::new();
-    for (i, r) in trace.ranges.iter().enumerate() {
+    for (i, r) in ranges.iter().enumerate() {
         let label = labels.text[labels.of_range[i] as usize].as_str();
         groups
             .entry((label, r.style.as_str()))

@@ -1,0 +1,661 @@
+//! Comparing two GPU traces: what got slower or faster, by kernel, by variant family, by class,
+//! and by range.
+//!
+//! Both traces may come from any reader (two nsys exports, two Kineto traces, or one of each):
+//! kernels are matched by their GNU-demangled name ([`crate::kernel_name::canonical_names`]), so
+//! nsys's and Kineto's spellings of one kernel line up. Kernels are also grouped by a caller-given
+//! function of that name: the variant family ([`crate::kernel_name::family`], which folds tile
+//! sizes, precisions and split-K variants of one GEMM together) and the kernel class (a hook:
+//! [`Grouping::class`], `"other"` for every kernel until kernel classes exist). Ranges (NVTX, or
+//! Kineto annotations) are compared by label (`domain:name`), for labels present in both traces.
+//! Rows are sorted by impact: the absolute change in total time. Everything here is pure; the
+//! command line decides what to print and the exit code ([`check_slower`]).
+//!
+//! Not compared here: memory snapshots, GEMM fractions (they need kernel classes), and kernels
+//! restricted to one phase (that needs phase attribution).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::kernel_name::{canonical_names, family, short_name};
+use crate::model::{Nanos, SourceFormat, Trace};
+use crate::render::{Cell, Document, Section, Table};
+
+/// Count and total time of a kernel (or group, or range) in one trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Side {
+    pub instances: u64,
+    pub total: Nanos,
+}
+
+impl Side {
+    /// Average time per instance, in ns; `None` when there are none.
+    pub fn average(&self) -> Option<f64> {
+        (self.instances > 0).then(|| self.total.as_f64() / self.instances as f64)
+    }
+
+    fn add(&mut self, other: Side) {
+        self.instances += other.instances;
+        self.total += other.total;
+    }
+}
+
+/// Whether a row is in both traces or only one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Presence {
+    Both,
+    OnlyA,
+    OnlyB,
+}
+
+impl Presence {
+    pub fn label(self) -> &'static str {
+        match self {
+            Presence::Both => "both",
+            Presence::OnlyA => "only A",
+            Presence::OnlyB => "only B",
+        }
+    }
+}
+
+/// One kernel, family or class in both traces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Delta {
+    /// The kernel name, family or class.
+    pub name: String,
+    /// The class of the kernels in the row (`mixed` when they differ).
+    pub class: String,
+    pub a: Side,
+    pub b: Side,
+}
+
+impl Delta {
+    /// B's total time minus A's.
+    pub fn time_delta(&self) -> Nanos {
+        self.b.total - self.a.total
+    }
+
+    /// The change in total time as a percentage of A's; `None` when A has none.
+    pub fn time_delta_pct(&self) -> Option<f64> {
+        pct(self.a.total, self.b.total)
+    }
+
+    pub fn presence(&self) -> Presence {
+        match (self.a.instances > 0, self.b.instances > 0) {
+            (true, false) => Presence::OnlyA,
+            (false, true) => Presence::OnlyB,
+            _ => Presence::Both,
+        }
+    }
+}
+
+fn pct(a: Nanos, b: Nanos) -> Option<f64> {
+    (a.0 != 0).then(|| (b.0 - a.0) as f64 / a.0 as f64 * 100.0)
+}
+
+/// One range label in both traces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhaseDelta {
+    /// `domain:name`, as `nsys stats` prints it (`:forward`).
+    pub range: String,
+    pub a: Side,
+    pub b: Side,
+}
+
+impl PhaseDelta {
+    pub fn time_delta(&self) -> Nanos {
+        self.b.total - self.a.total
+    }
+    pub fn time_delta_pct(&self) -> Option<f64> {
+        pct(self.a.total, self.b.total)
+    }
+}
+
+/// What one side of a comparison is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceSummary {
+    pub path: String,
+    pub format: SourceFormat,
+    /// Sum of every kernel's duration.
+    pub kernel_time: Nanos,
+    pub kernel_instances: u64,
+    pub distinct_kernels: usize,
+}
+
+/// How kernels are grouped besides by name. Both functions receive the GNU-demangled kernel
+/// name.
+pub struct Grouping<'a> {
+    /// The variant family a kernel belongs to.
+    pub family: &'a dyn Fn(&str) -> String,
+    /// The class a kernel belongs to (GEMM, softmax, ...).
+    pub class: &'a dyn Fn(&str) -> String,
+}
+
+/// The class of every kernel until kernel classes exist.
+pub fn no_class(_: &str) -> String {
+    "other".to_owned()
+}
+
+impl Default for Grouping<'static> {
+    fn default() -> Self {
+        Grouping {
+            family: &family,
+            class: &no_class,
+        }
+    }
+}
+
+/// Two traces compared.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    pub a: TraceSummary,
+    pub b: TraceSummary,
+    /// Per kernel (GNU-demangled name), by impact.
+    pub kernels: Vec<Delta>,
+    /// Per variant family, by impact.
+    pub families: Vec<Delta>,
+    /// Per kernel class, by impact.
+    pub classes: Vec<Delta>,
+    /// Per range label present in both traces, by impact.
+    pub phases: Vec<PhaseDelta>,
+}
+
+impl Comparison {
+    pub fn kernel_time_delta(&self) -> Nanos {
+        self.b.kernel_time - self.a.kernel_time
+    }
+
+    /// The change in total kernel time as a percentage of A's; `None` when A has no kernels.
+    pub fn kernel_time_delta_pct(&self) -> Option<f64> {
+        pct(self.a.kernel_time, self.b.kernel_time)
+    }
+}
+
+/// Instances and total time of every kernel, by GNU-demangled name.
+pub fn kernel_totals(trace: &Trace) -> BTreeMap<String, Side> {
+    let names = canonical_names(trace);
+    let mut by_index: Vec<Side> = vec![Side::default(); names.names.len()];
+    for (i, k) in trace.kernels.iter().enumerate() {
+        by_index[names.of_kernel[i]].add(Side {
+            instances: 1,
+            total: k.duration(),
+        });
+    }
+    names.names.into_iter().zip(by_index).collect()
+}
+
+/// Rows of `a` and `b` grouped by `key` (the identity for per-kernel rows), by impact.
+pub fn deltas(
+    a: &BTreeMap<String, Side>,
+    b: &BTreeMap<String, Side>,
+    key: &dyn Fn(&str) -> String,
+    class: &dyn Fn(&str) -> String,
+) -> Vec<Delta> {
+    let mut rows: HashMap<String, Delta> = HashMap::new();
+    for (side, totals) in [(0, a), (1, b)] {
+        for (name, s) in totals {
+            let k = key(name);
+            let c = class(name);
+            let row = rows.entry(k.clone()).or_insert_with(|| Delta {
+                name: k,
+                class: c.clone(),
+                a: Side::default(),
+                b: Side::default(),
+            });
+            if row.class != c {
+                row.class = "mixed".to_owned();
+            }
+            if side == 0 {
+                row.a.add(*s);
+            } else {
+                row.b.add(*s);
+            }
+        }
+    }
+    let mut rows: Vec<Delta> = rows.into_values().collect();
+    rows.sort_by(|x, y| {
+        y.time_delta()
+            .0
+            .abs()
+            .cmp(&x.time_delta().0.abs())
+            .then_with(|| x.name.cmp(&y.name))
+    });
+    rows
+}
+
+/// Instances and total time of every range label.
+fn range_totals(trace: &Trace) -> HashMap<String, Side> {
+    let mut out: HashMap<String, Side> = HashMap::new();
+    for r in &trace.ranges {
+        out.entry(trace.range_label(r)).or_default().add(Side {
+            instances: 1,
+            total: r.duration(),
+        });
+    }
+    out
+}
+
+/// Ranges whose label is in both traces, by impact.
+pub fn phase_deltas(a: &Trace, b: &Trace) -> Vec<PhaseDelta> {
+    let ra = range_totals(a);
+    let rb = range_totals(b);
+    let mut rows: Vec<PhaseDelta> = ra
+        .into_iter()
+        .filter_map(|(label, sa)| {
+            rb.get(&label).map(|&sb| PhaseDelta {
+                range: label,
+                a: sa,
+                b: sb,
+            })
+        })
+        .collect();
+    rows.sort_by(|x, y| {
+        y.time_delta()
+            .0
+            .abs()
+            .cmp(&x.time_delta().0.abs())
+            .then_with(|| x.range.cmp(&y.range))
+    });
+    rows
+}
+
+fn summary(trace: &Trace, totals: &BTreeMap<String, Side>) -> TraceSummary {
+    TraceSummary {
+        path: trace.source.path.display().to_string(),
+        format: trace.source.format,
+        kernel_time: totals.values().map(|s| s.total).sum(),
+        kernel_instances: totals.values().map(|s| s.instances).sum(),
+        distinct_kernels: totals.len(),
+    }
+}
+
+/// Compare trace `b` against trace `a`.
+pub fn compare(a: &Trace, b: &Trace, grouping: &Grouping<'_>) -> Comparison {
+    let ta = kernel_totals(a);
+    let tb = kernel_totals(b);
+    let identity = |n: &str| n.to_owned();
+    Comparison {
+        a: summary(a, &ta),
+        b: summary(b, &tb),
+        kernels: deltas(&ta, &tb, &identity, grouping.class),
+        families: deltas(&ta, &tb, grouping.family, grouping.class),
+        classes: deltas(&ta, &tb, grouping.class, grouping.class),
+        phases: phase_deltas(a, b),
+    }
+}
+
+/// A `--fail-if-slower` check that failed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Regression {
+    /// The allowed increase, in percent.
+    pub threshold_pct: f64,
+    /// The measured increase in total kernel time, in percent (`None`: A had no kernel time).
+    pub change_pct: Option<f64>,
+    /// Kernels whose total time rose, largest rise first.
+    pub slowed: Vec<Delta>,
+}
+
+/// `Some` when B's total kernel time is more than `threshold_pct` percent above A's.
+pub fn check_slower(c: &Comparison, threshold_pct: f64) -> Option<Regression> {
+    let change = c.kernel_time_delta_pct();
+    let failed = match change {
+        Some(p) => p > threshold_pct,
+        None => c.b.kernel_time.0 > 0,
+    };
+    if !failed {
+        return None;
+    }
+    let mut slowed: Vec<Delta> = c
+        .kernels
+        .iter()
+        .filter(|d| d.time_delta().0 > 0)
+        .cloned()
+        .collect();
+    slowed.sort_by(|x, y| {
+        y.time_delta()
+            .cmp(&x.time_delta())
+            .then_with(|| x.name.cmp(&y.name))
+    });
+    Some(Regression {
+        threshold_pct,
+        change_pct: change,
+        slowed,
+    })
+}
+
+/// How much of a comparison a document shows.
+#[derive(Clone, Copy, Debug)]
+pub struct DocumentOptions {
+    /// Rows per kernel/family table; `None` for all.
+    pub limit: Option<usize>,
+    /// Kernel names longer than this are cut (with `…`); `None` for full names.
+    pub name_width: Option<usize>,
+}
+
+/// Cut `s` to `width` characters, ending in `…` when cut.
+pub fn truncate(s: &str, width: Option<usize>) -> String {
+    match width {
+        Some(w) if s.chars().count() > w && w > 1 => {
+            let mut out: String = s.chars().take(w - 1).collect();
+            out.push('…');
+            out
+        }
+        _ => s.to_owned(),
+    }
+}
+
+fn pct_cell(p: Option<f64>) -> Cell {
+    p.map_or(Cell::Missing, |p| Cell::Float(p, 1))
+}
+
+fn avg_cell(s: &Side) -> Cell {
+    s.average().map_or(Cell::Missing, |a| Cell::Float(a, 1))
+}
+
+const DELTA_COLUMNS: &[&str] = &[
+    "Δ Time (ns)",
+    "Δ %",
+    "A Time (ns)",
+    "B Time (ns)",
+    "A Inst",
+    "B Inst",
+    "A Avg (ns)",
+    "B Avg (ns)",
+    "Status",
+];
+
+fn delta_section(
+    title: &str,
+    rows: &[Delta],
+    name_column: &str,
+    with_class: bool,
+    opts: &DocumentOptions,
+) -> Section {
+    let mut columns: Vec<&str> = DELTA_COLUMNS.to_vec();
+    if with_class {
+        columns.push("Class");
+    }
+    columns.push(name_column);
+    let mut table = Table::new(columns);
+    let shown = opts.limit.map_or(rows.len(), |l| l.min(rows.len()));
+    for d in &rows[..shown] {
+        let mut row = vec![
+            Cell::Int(d.time_delta().0),
+            pct_cell(d.time_delta_pct()),
+            Cell::Int(d.a.total.0),
+            Cell::Int(d.b.total.0),
+            Cell::Int(d.a.instances as i64),
+            Cell::Int(d.b.instances as i64),
+            avg_cell(&d.a),
+            avg_cell(&d.b),
+            Cell::text(d.presence().label()),
+        ];
+        if with_class {
+            row.push(Cell::text(&d.class));
+        }
+        row.push(Cell::text(truncate(&d.name, opts.name_width)));
+        table.push(row);
+    }
+    let mut notes = Vec::new();
+    if shown < rows.len() {
+        notes.push(format!(
+            "{} more rows not shown (--limit 0 shows all).",
+            rows.len() - shown
+        ));
+    }
+    Section {
+        title: Some(title.to_owned()),
+        table,
+        notes,
+    }
+}
+
+/// The comparison as tables: summary, families, classes, kernels, phases. Its JSON is the whole
+/// [`Comparison`] with every row, whatever the options.
+pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
+    let mut summary = Table::new(["Metric", "A", "B", "Δ", "Δ %"]);
+    let count = |p: Presence| c.kernels.iter().filter(|d| d.presence() == p).count() as i64;
+    summary.push(vec![
+        Cell::text("GPU kernel time (ns)"),
+        Cell::Int(c.a.kernel_time.0),
+        Cell::Int(c.b.kernel_time.0),
+        Cell::Int(c.kernel_time_delta().0),
+        pct_cell(c.kernel_time_delta_pct()),
+    ]);
+    summary.push(vec![
+        Cell::text("Kernel instances"),
+        Cell::Int(c.a.kernel_instances as i64),
+        Cell::Int(c.b.kernel_instances as i64),
+        Cell::Int(c.b.kernel_instances as i64 - c.a.kernel_instances as i64),
+        pct_cell(pct(
+            Nanos(c.a.kernel_instances as i64),
+            Nanos(c.b.kernel_instances as i64),
+        )),
+    ]);
+    summary.push(vec![
+        Cell::text("Distinct kernels"),
+        Cell::Int(c.a.distinct_kernels as i64),
+        Cell::Int(c.b.distinct_kernels as i64),
+        Cell::Int(c.b.distinct_kernels as i64 - c.a.distinct_kernels as i64),
+        Cell::Missing,
+    ]);
+    summary.push(vec![
+        Cell::text("Kernels only in this trace (distinct)"),
+        Cell::Int(count(Presence::OnlyA)),
+        Cell::Int(count(Presence::OnlyB)),
+        Cell::Missing,
+        Cell::Missing,
+    ]);
+    let summary = Section {
+        title: Some("Summary".to_owned()),
+        table: summary,
+        notes: vec![
+            format!("A: {} ({})", c.a.path, format_name(c.a.format)),
+            format!("B: {} ({})", c.b.path, format_name(c.b.format)),
+        ],
+    };
+
+    let mut phases = Table::new([
+        "Δ Time (ns)",
+        "Δ %",
+        "A Time (ns)",
+        "B Time (ns)",
+        "A Inst",
+        "B Inst",
+        "Range",
+    ]);
+    for p in &c.phases {
+        phases.push(vec![
+            Cell::Int(p.time_delta().0),
+            pct_cell(p.time_delta_pct()),
+            Cell::Int(p.a.total.0),
+            Cell::Int(p.b.total.0),
+            Cell::Int(p.a.instances as i64),
+            Cell::Int(p.b.instances as i64),
+            Cell::text(&p.range),
+        ]);
+    }
+    let phase_notes = if c.phases.is_empty() {
+        vec!["No range label is in both traces.".to_owned()]
+    } else {
+        Vec::new()
+    };
+
+    Document {
+        sections: vec![
+            summary,
+            delta_section(
+                "Kernel families (tile-size, precision and split-K variants folded)",
+                &c.families,
+                "Family",
+                true,
+                opts,
+            ),
+            delta_section("Kernel classes", &c.classes, "Class", false, opts),
+            delta_section("Kernels", &c.kernels, "Kernel", true, opts),
+            Section {
+                title: Some("Ranges in both traces".to_owned()),
+                table: phases,
+                notes: phase_notes,
+            },
+        ],
+        json: Some(comparison_json(c)),
+    }
+}
+
+fn format_name(f: SourceFormat) -> &'static str {
+    match f {
+        SourceFormat::NsysSqlite => "Nsight Systems export",
+        SourceFormat::Kineto => "Kineto trace",
+    }
+}
+
+fn delta_json(d: &Delta) -> serde_json::Value {
+    json!({
+        "name": d.name,
+        "short_name": short_name(&d.name),
+        "class": d.class,
+        "status": d.presence(),
+        "time_delta_ns": d.time_delta(),
+        "time_delta_pct": d.time_delta_pct(),
+        "a": {"instances": d.a.instances, "total_ns": d.a.total, "avg_ns": d.a.average()},
+        "b": {"instances": d.b.instances, "total_ns": d.b.total, "avg_ns": d.b.average()},
+    })
+}
+
+/// The JSON shape of a comparison.
+pub fn comparison_json(c: &Comparison) -> serde_json::Value {
+    json!({
+        "a": c.a,
+        "b": c.b,
+        "kernel_time_delta_ns": c.kernel_time_delta(),
+        "kernel_time_delta_pct": c.kernel_time_delta_pct(),
+        "families": c.families.iter().map(delta_json).collect::<Vec<_>>(),
+        "classes": c.classes.iter().map(delta_json).collect::<Vec<_>>(),
+        "kernels": c.kernels.iter().map(delta_json).collect::<Vec<_>>(),
+        "phases": c.phases.iter().map(|p| json!({
+            "range": p.range,
+            "time_delta_ns": p.time_delta(),
+            "time_delta_pct": p.time_delta_pct(),
+            "a": {"instances": p.a.instances, "total_ns": p.a.total},
+            "b": {"instances": p.b.instances, "total_ns": p.b.total},
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(instances: u64, total: i64) -> Side {
+        Side {
+            instances,
+            total: Nanos(total),
+        }
+    }
+
+    fn totals(rows: &[(&str, u64, i64)]) -> BTreeMap<String, Side> {
+        rows.iter()
+            .map(|&(n, i, t)| (n.to_owned(), side(i, t)))
+            .collect()
+    }
+
+    #[test]
+    fn rows_are_grouped_and_sorted_by_absolute_change() {
+        let a = totals(&[
+            ("cutlass_80_simt_sgemm_256x128_8x4_nn_align1", 2, 100),
+            ("softmax", 1, 50),
+            ("gone", 1, 5),
+        ]);
+        let b = totals(&[
+            ("cutlass_80_simt_sgemm_128x64_8x4_nn_align1", 2, 40),
+            ("softmax", 1, 120),
+        ]);
+        let fam = deltas(&a, &b, &family, &no_class);
+        assert_eq!(fam.len(), 3);
+        assert_eq!(fam[0].name, "softmax");
+        assert_eq!(fam[0].time_delta(), Nanos(70));
+        assert_eq!(fam[1].name, "cutlass_80_gemm_nn");
+        assert_eq!((fam[1].a, fam[1].b), (side(2, 100), side(2, 40)));
+        assert_eq!(fam[1].presence(), Presence::Both);
+        assert_eq!(fam[2].presence(), Presence::OnlyA);
+        assert_eq!(fam[2].time_delta_pct(), Some(-100.0));
+
+        let per_kernel = deltas(&a, &b, &|n: &str| n.to_owned(), &no_class);
+        assert_eq!(per_kernel.len(), 4);
+        assert_eq!(
+            per_kernel
+                .iter()
+                .filter(|d| d.presence() == Presence::OnlyB)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn classes_plug_in_and_mixed_groups_say_so() {
+        let a = totals(&[("gemm_a", 1, 10), ("relu", 1, 10)]);
+        let b = totals(&[("gemm_b", 1, 30)]);
+        let class = |n: &str| {
+            if n.starts_with("gemm") {
+                "gemm".to_owned()
+            } else {
+                "elementwise".to_owned()
+            }
+        };
+        let rows = deltas(&a, &b, &class, &class);
+        assert_eq!(rows[0].name, "gemm");
+        assert_eq!(rows[0].time_delta(), Nanos(20));
+        let everything = deltas(&a, &b, &|_: &str| "all".to_owned(), &class);
+        assert_eq!(everything[0].class, "mixed");
+    }
+
+    #[test]
+    fn slower_check_uses_total_kernel_time() {
+        let mk = |a: i64, b: i64| Comparison {
+            a: TraceSummary {
+                path: "a".into(),
+                format: SourceFormat::Kineto,
+                kernel_time: Nanos(a),
+                kernel_instances: 1,
+                distinct_kernels: 1,
+            },
+            b: TraceSummary {
+                path: "b".into(),
+                format: SourceFormat::Kineto,
+                kernel_time: Nanos(b),
+                kernel_instances: 1,
+                distinct_kernels: 1,
+            },
+            kernels: vec![Delta {
+                name: "k".into(),
+                class: "other".into(),
+                a: side(1, a),
+                b: side(1, b),
+            }],
+            families: Vec::new(),
+            classes: Vec::new(),
+            phases: Vec::new(),
+        };
+        assert!(
+            check_slower(&mk(1000, 1050), 5.0).is_none(),
+            "exactly 5% passes"
+        );
+        let r = check_slower(&mk(1000, 1051), 5.0).unwrap();
+        assert_eq!(r.slowed.len(), 1);
+        assert!((r.change_pct.unwrap() - 5.1).abs() < 1e-9);
+        assert!(check_slower(&mk(1000, 900), 0.0).is_none());
+        assert!(check_slower(&mk(0, 0), 0.0).is_none());
+        assert!(check_slower(&mk(0, 1), 50.0).is_some());
+    }
+
+    #[test]
+    fn long_names_are_cut_with_an_ellipsis() {
+        assert_eq!(truncate("abcdef", Some(4)), "abc…");
+        assert_eq!(truncate("abc", Some(4)), "abc");
+        assert_eq!(truncate("abcdef", None), "abcdef");
+    }
+}

@@ -1,0 +1,156 @@
+//! Run metadata: what was measured (model size, context length, batch, mode, precision) and
+//! how long the steps took, as the name/value pairs of the `RUN_METADATA` table that
+//! [`crate::trace_db`] writes beside the nsys tables, and that `analyze` loads into
+//! `Source.run` for labels. Values are text; numbers are written so that Rust's and Python's
+//! parsers read them back exactly. No I/O here.
+
+/// Keys `collect` writes (a reader should accept others too).
+pub mod keys {
+    pub const TOOL: &str = "tool";
+    pub const MODEL: &str = "model";
+    pub const D_MODEL: &str = "d_model";
+    pub const D_FF: &str = "d_ff";
+    pub const LAYERS: &str = "layers";
+    pub const HEADS: &str = "heads";
+    pub const VOCAB: &str = "vocab";
+    pub const CTX: &str = "ctx";
+    pub const BATCH: &str = "batch";
+    pub const MODE: &str = "mode";
+    pub const PRECISION: &str = "precision";
+    pub const WARMUP: &str = "warmup";
+    pub const STEPS: &str = "steps";
+    /// Comma-separated step times in milliseconds, in step order.
+    pub const STEP_TIMES_MS: &str = "step_times_ms";
+    pub const STEP_TIME_MEDIAN_MS: &str = "step_time_median_ms";
+    pub const STEP_TIME_MEAN_MS: &str = "step_time_mean_ms";
+    pub const DEVICE: &str = "device";
+    pub const DRIVER: &str = "driver";
+}
+
+/// The configuration of one measured run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunDescription {
+    /// Size name (`small`, `2.7B`) or `custom`.
+    pub model: String,
+    pub d_model: u32,
+    pub d_ff: u32,
+    pub layers: u32,
+    pub heads: u32,
+    pub vocab: u32,
+    pub ctx: u32,
+    pub batch: u32,
+    /// `forward`, `forward-backward` or `train`.
+    pub mode: String,
+    /// `fp32` or `bf16`.
+    pub precision: String,
+}
+
+/// Ordered name/value pairs with unique names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunMetadata {
+    entries: Vec<(String, String)>,
+}
+
+impl RunMetadata {
+    pub fn new() -> RunMetadata {
+        RunMetadata::default()
+    }
+
+    /// The pairs for a run's configuration, with `tool` naming the writer.
+    pub fn describe(run: &RunDescription) -> RunMetadata {
+        let mut m = RunMetadata::new();
+        m.set(keys::TOOL, concat!("collect ", env!("CARGO_PKG_VERSION")))
+            .set(keys::MODEL, &run.model)
+            .set(keys::D_MODEL, run.d_model)
+            .set(keys::D_FF, run.d_ff)
+            .set(keys::LAYERS, run.layers)
+            .set(keys::HEADS, run.heads)
+            .set(keys::VOCAB, run.vocab)
+            .set(keys::CTX, run.ctx)
+            .set(keys::BATCH, run.batch)
+            .set(keys::MODE, &run.mode)
+            .set(keys::PRECISION, &run.precision);
+        m
+    }
+
+    /// Set `name` (replacing an earlier value, keeping its place).
+    pub fn set(&mut self, name: &str, value: impl ToString) -> &mut RunMetadata {
+        let value = value.to_string();
+        match self.entries.iter_mut().find(|(n, _)| n == name) {
+            Some(e) => e.1 = value,
+            None => self.entries.push((name.to_owned(), value)),
+        }
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The pairs in the order they were first set.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Record the measured step times (milliseconds, step order): the list, the step count,
+    /// the median and the mean.
+    pub fn set_step_times_ms(&mut self, times: &[f64]) -> &mut RunMetadata {
+        let list: Vec<String> = times.iter().map(|t| format!("{t}")).collect();
+        self.set(keys::STEP_TIMES_MS, list.join(","));
+        self.set(keys::STEPS, times.len());
+        if let Some(median) = median(times) {
+            self.set(keys::STEP_TIME_MEDIAN_MS, median);
+            let mean = times.iter().sum::<f64>() / times.len() as f64;
+            self.set(keys::STEP_TIME_MEAN_MS, mean);
+        }
+        self
+    }
+}
+
+/// Median of `v` (mean of the middle two for an even count); `None` when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_replaces_in_place() {
+        let mut m = RunMetadata::new();
+        m.set("a", 1).set("b", 2).set("a", 3);
+        assert_eq!(m.entries().collect::<Vec<_>>(), [("a", "3"), ("b", "2")]);
+    }
+
+    #[test]
+    fn step_times_give_median_and_mean() {
+        let mut m = RunMetadata::new();
+        m.set_step_times_ms(&[10.0, 30.0, 20.0, 40.0]);
+        assert_eq!(m.get(keys::STEP_TIMES_MS), Some("10,30,20,40"));
+        assert_eq!(m.get(keys::STEP_TIME_MEDIAN_MS), Some("25"));
+        assert_eq!(m.get(keys::STEP_TIME_MEAN_MS), Some("25"));
+        assert_eq!(m.get(keys::STEPS), Some("4"));
+    }
+}

@@ -1,0 +1,991 @@
+//! `collect`'s writers read back by the readers that matter: a synthetic trace written by
+//! `trace_db` through `analyze`'s nsys reader (and plain SQL), raw CUPTI records through the
+//! converter, and a recorded allocation sequence written by `snapshot_writer` through Python's
+//! `pickle` with the checks `torch.cuda._memory_viz` and memory_viz rely on. Real files from
+//! `../shared/fixtures/ours` give the schema, the kernel names and the snapshot shapes to match;
+//! tests that need them or `python3` say so and skip when they are absent.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use analyze::model::{ApiKind, MemOpKind, RangeStyle};
+use collect::caching_allocator::{AllocatorConfig, Backend, CachingAllocator, Oom, StreamId};
+use collect::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
+use collect::memory_history::Clock;
+use collect::run_metadata::{RunDescription, RunMetadata};
+use collect::snapshot_writer;
+use collect::trace_db::{
+    self, ApiClass, ApiRecord, GpuInfo, KernelRecord, MemcpyRecord, MemsetRecord, ProcessInfo,
+    RangeRecorder, TraceRecords,
+};
+
+const PID: u32 = 4242;
+const TID: u32 = 4242;
+const MIB: u64 = 1 << 20;
+
+fn name(s: &str) -> trace_db::Name {
+    Arc::from(s)
+}
+
+/// A kernel launched by `cuLaunchKernel` at `t` (API call 0..3 µs after `t`), running on the GPU
+/// from `t + 5 µs` for `dur` ns.
+fn launch(out: &mut TraceRecords, t: i64, corr: u32, kernel: &str, dur: i64) {
+    out.api_calls.push(ApiRecord {
+        start: t,
+        end: t + 3_000,
+        pid: PID,
+        tid: TID,
+        correlation_id: corr,
+        name: name("cuLaunchKernel"),
+        class: ApiClass::Driver,
+        return_value: 0,
+    });
+    out.kernels.push(KernelRecord {
+        start: t + 5_000,
+        end: t + 5_000 + dur,
+        device_id: 0,
+        context_id: 1,
+        stream_id: 7,
+        correlation_id: corr,
+        pid: PID,
+        name: name(kernel),
+        short_name: name(kernel),
+        mangled_name: None,
+        grid: [corr as i32 % 7 + 1, 2, 1],
+        block: [256, 1, 1],
+        registers_per_thread: 32,
+        static_shared_memory: 1024,
+        dynamic_shared_memory: 4096,
+        local_memory_per_thread: 0,
+        local_memory_total: 0,
+        grid_id: corr as i64,
+        shared_memory_executed: 32768,
+        launch_type: 1,
+        cache_config: 1,
+        shared_memory_limit_config: 0,
+    });
+}
+
+/// Two training steps: `step_N` ⊃ `forward` (⊃ three attention ranges) / `backward` /
+/// `optimizer`, one kernel per leaf range and one per phase, a host-to-device copy before the
+/// steps and a memset in each optimizer phase. Times in ns.
+fn synthetic_trace() -> TraceRecords {
+    let mut out = TraceRecords {
+        process: ProcessInfo {
+            pid: PID,
+            name: "collect".into(),
+            threads: vec![(TID, "collect".into())],
+        },
+        gpus: vec![GpuInfo {
+            id: 0,
+            name: "NVIDIA H200".into(),
+            total_memory: Some(150_109_880_320),
+            sm_count: Some(132),
+            compute_major: Some(9),
+            compute_minor: Some(0),
+            ..GpuInfo::default()
+        }],
+        session_start_utc_ns: Some(1_795_314_601_687_569_420),
+        ..TraceRecords::default()
+    };
+    out.run = RunMetadata::describe(&RunDescription {
+        model: "small".into(),
+        d_model: 768,
+        d_ff: 3072,
+        layers: 12,
+        heads: 12,
+        vocab: 10_000,
+        ctx: 128,
+        batch: 4,
+        mode: "train".into(),
+        precision: "fp32".into(),
+    });
+    out.run.set_step_times_ms(&[12.5, 12.25]);
+
+    // The initial weight upload.
+    out.api_calls.push(ApiRecord {
+        start: 1_000,
+        end: 9_000,
+        pid: PID,
+        tid: TID,
+        correlation_id: 1,
+        name: name("cudaMemcpyAsync_v3020"),
+        class: ApiClass::Runtime,
+        return_value: 0,
+    });
+    out.memcpys.push(MemcpyRecord {
+        start: 10_000,
+        end: 60_000,
+        device_id: 0,
+        context_id: 1,
+        stream_id: 7,
+        correlation_id: 1,
+        pid: PID,
+        bytes: 2_359_296,
+        copy_kind: 1,
+        src_kind: 0,
+        dst_kind: 2,
+    });
+
+    let mut ranges = RangeRecorder::new(PID);
+    let mut corr = 10;
+    for step in 0..2i64 {
+        let t0 = 1_000_000 + step * 1_000_000;
+        ranges.push(&format!("step_{step}"), t0, TID);
+        ranges.push("forward", t0 + 10_000, TID);
+        launch(&mut out, t0 + 20_000, corr, "embedding_fwd", 7_000);
+        corr += 1;
+        for (i, attn) in [
+            "attention_matmul_QK",
+            "attention_softmax",
+            "attention_matmul_V",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let t = t0 + 100_000 + i as i64 * 50_000;
+            ranges.push(attn, t, TID);
+            launch(
+                &mut out,
+                t + 10_000,
+                corr,
+                &format!("{attn}_kernel"),
+                11_000,
+            );
+            corr += 1;
+            ranges.pop(t + 40_000, TID);
+        }
+        ranges.pop(t0 + 400_000, TID);
+        ranges.push("backward", t0 + 410_000, TID);
+        launch(&mut out, t0 + 420_000, corr, "gemm_backward", 20_000 + step);
+        corr += 1;
+        ranges.pop(t0 + 700_000, TID);
+        ranges.push("optimizer", t0 + 710_000, TID);
+        launch(&mut out, t0 + 720_000, corr, "adamw_step", 9_000);
+        out.api_calls.push(ApiRecord {
+            start: t0 + 730_000,
+            end: t0 + 732_000,
+            pid: PID,
+            tid: TID,
+            correlation_id: corr + 1,
+            name: name("cuMemsetD32Async"),
+            class: ApiClass::Driver,
+            return_value: 0,
+        });
+        out.memsets.push(MemsetRecord {
+            start: t0 + 740_000,
+            end: t0 + 741_500,
+            device_id: 0,
+            context_id: 1,
+            stream_id: 7,
+            correlation_id: corr + 1,
+            pid: PID,
+            value: 0,
+            bytes: 4608,
+            mem_kind: 2,
+        });
+        corr += 2;
+        ranges.pop(t0 + 900_000, TID);
+        ranges.pop(t0 + 950_000, TID);
+    }
+    // A range left open when the trace ended.
+    ranges.push("measurement_tail", 5_000_000, TID);
+    out.ranges = ranges.finish();
+    out
+}
+
+fn write_trace(dir: &Path, records: &TraceRecords) -> std::path::PathBuf {
+    let path = dir.join("trace.sqlite");
+    trace_db::write(&path, records).unwrap();
+    path
+}
+
+#[test]
+fn synthetic_trace_reads_back_through_analyze() {
+    let records = synthetic_trace();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_trace(dir.path(), &records);
+    let t = analyze::ingest::load_trace(&path).unwrap();
+
+    assert_eq!(t.source.schema_version.as_deref(), Some("3.20.3"));
+    assert!(t.source.missing.is_empty(), "{:?}", t.source.missing);
+    let run: Vec<(String, String)> = records
+        .run
+        .entries()
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect();
+    assert_eq!(t.source.run, run.into_iter().collect::<BTreeMap<_, _>>());
+    assert_eq!(t.source.run["step_times_ms"], "12.5,12.25");
+    assert_eq!(t.source.run["d_model"], "768");
+
+    // Kernels: names, instances, durations, launch geometry, correlation.
+    assert_eq!(t.kernels.len(), records.kernels.len());
+    let mut expected: Vec<&KernelRecord> = records.kernels.iter().collect();
+    expected.sort_by_key(|k| k.start);
+    for (got, want) in t.kernels.iter().zip(&expected) {
+        assert_eq!(t.name(got.name), &*want.name);
+        assert_eq!(t.name(got.short_name), &*want.short_name);
+        assert_eq!(got.duration().0, want.end - want.start);
+        assert_eq!(got.start.0, want.start);
+        assert_eq!(got.correlation_id, want.correlation_id as u64);
+        assert_eq!((got.device, got.stream, got.pid), (0, 7, PID));
+        assert_eq!(got.grid, [want.grid[0] as u32, 2, 1]);
+        assert_eq!(got.block, [256, 1, 1]);
+        assert_eq!(got.registers_per_thread, 32);
+        assert_eq!(
+            (got.static_shared_memory, got.dynamic_shared_memory),
+            (1024, 4096)
+        );
+    }
+    let mut instances: HashMap<&str, usize> = HashMap::new();
+    for k in &t.kernels {
+        *instances.entry(t.name(k.name)).or_default() += 1;
+    }
+    assert_eq!(instances["attention_softmax_kernel"], 2);
+    assert_eq!(instances.len(), 6);
+    let gemm: Vec<i64> = t
+        .kernels
+        .iter()
+        .filter(|k| t.name(k.name) == "gemm_backward")
+        .map(|k| k.duration().0)
+        .collect();
+    assert_eq!(gemm, [20_000, 20_001]);
+
+    // API calls: runtime vs driver, threads.
+    assert_eq!(t.api_calls.len(), records.api_calls.len());
+    let memcpy_call = t
+        .api_calls
+        .iter()
+        .find(|c| t.name(c.name) == "cudaMemcpyAsync_v3020")
+        .unwrap();
+    assert_eq!(memcpy_call.kind, ApiKind::Runtime);
+    assert!(t
+        .api_calls
+        .iter()
+        .filter(|c| t.name(c.name) == "cuLaunchKernel")
+        .all(|c| c.kind == ApiKind::Driver && (c.pid, c.tid) == (PID, TID)));
+
+    // Ranges: the closed ones, with names, times, style and thread; the open one left out.
+    assert_eq!(t.ranges.len(), 2 * 7);
+    let steps: Vec<(&str, i64, i64)> = t
+        .ranges
+        .iter()
+        .filter(|r| t.name(r.name).starts_with("step_"))
+        .map(|r| (t.name(r.name), r.start.0, r.end.0))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("step_0", 1_000_000, 1_950_000),
+            ("step_1", 2_000_000, 2_950_000)
+        ]
+    );
+    assert!(t
+        .ranges
+        .iter()
+        .all(|r| r.style == RangeStyle::PushPop && (r.pid, r.tid) == (PID, TID)));
+    assert_eq!(t.range_label(&t.ranges[1]), ":forward");
+
+    // Memory operations.
+    let kinds: Vec<(MemOpKind, u64)> = t.mem_ops.iter().map(|m| (m.kind, m.bytes.0)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (MemOpKind::HostToDevice, 2_359_296),
+            (MemOpKind::Memset, 4608),
+            (MemOpKind::Memset, 4608)
+        ]
+    );
+
+    assert_eq!(t.gpus.len(), 1);
+    assert_eq!(t.gpus[0].name, "NVIDIA H200");
+    assert_eq!(t.gpus[0].sm_count, Some(132));
+    assert_eq!(t.gpus[0].compute_capability, Some((9, 0)));
+    assert_eq!(t.name(t.thread_names[&(PID, TID)]), "collect");
+}
+
+/// The join `nvtx_kern_sum` makes (kernel → launching API call by correlation id and process →
+/// enclosing ranges on the launching thread), written here as plain SQL over the file.
+#[test]
+fn kernels_attribute_to_ranges_through_their_api_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_trace(dir.path(), &synthetic_trace());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mut st = conn
+        .prepare(
+            "SELECT ne.text, count(DISTINCT k.rowid), sum(k.end - k.start)
+             FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
+             JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
+               ON r.correlationId = k.correlationId
+              AND (r.globalTid & 0xFFFFFFFFFF000000) = k.globalPid
+             JOIN NVTX_EVENTS AS ne
+               ON ne.globalTid = r.globalTid AND ne.start <= r.start AND ne.end >= r.end
+             WHERE ne.eventType = 59
+             GROUP BY ne.text ORDER BY ne.text",
+        )
+        .unwrap();
+    let rows: Vec<(String, i64, i64)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expect = [
+        ("attention_matmul_QK", 2, 22_000),
+        ("attention_matmul_V", 2, 22_000),
+        ("attention_softmax", 2, 22_000),
+        ("backward", 2, 40_001),
+        ("forward", 8, 2 * (7_000 + 3 * 11_000)),
+        ("optimizer", 2, 18_000),
+        ("step_0", 6, 7_000 + 33_000 + 20_000 + 9_000),
+        ("step_1", 6, 7_000 + 33_000 + 20_001 + 9_000),
+    ];
+    let got: Vec<(&str, i64, i64)> = rows.iter().map(|(n, c, s)| (n.as_str(), *c, *s)).collect();
+    assert_eq!(got, expect);
+    // Every kernel joins exactly one API call.
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k WHERE (SELECT count(*) FROM \
+             CUPTI_ACTIVITY_KIND_RUNTIME AS r WHERE r.correlationId = k.correlationId) != 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0);
+}
+
+#[test]
+fn trace_tables_are_created_as_nsys_creates_them() {
+    let Some(real) = common::shared("ours/nsys/torch_small_ctx128_train_fp32.sqlite") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ours = write_trace(dir.path(), &synthetic_trace());
+    let schema = |p: &Path| -> BTreeMap<String, String> {
+        let c =
+            rusqlite::Connection::open_with_flags(p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let mut st = c
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+            .unwrap();
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        rows
+    };
+    let (real, ours) = (schema(&real), schema(&ours));
+    for (table, sql) in &real {
+        assert_eq!(ours.get(table), Some(sql), "{table}");
+    }
+    assert_eq!(ours.len(), real.len() + 1, "plus RUN_METADATA");
+    let c = rusqlite::Connection::open(dir.path().join("trace.sqlite")).unwrap();
+    let version: String = c
+        .query_row(
+            "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_SCHEMA_VERSION'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "3.20.3");
+}
+
+#[test]
+fn writing_over_an_existing_trace_replaces_it_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_trace(dir.path(), &synthetic_trace());
+    let small = TraceRecords {
+        process: ProcessInfo {
+            pid: 1,
+            ..ProcessInfo::default()
+        },
+        ..TraceRecords::default()
+    };
+    trace_db::write(&path, &small).unwrap();
+    let t = analyze::ingest::load_trace(&path).unwrap();
+    assert!(t.kernels.is_empty());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    let missing = dir.path().join("no/such/dir/trace.sqlite");
+    assert!(trace_db::write(&missing, &small).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUPTI records.
+
+use cudarc::cupti::sys;
+
+fn zeroed<T>() -> T {
+    // SAFETY: the CUPTI record structs are plain data (integers, raw pointers, unions of
+    // integers), for which all-zero bytes are valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A real mangled name from the nsys fixture, with nsys's `shortName` for it.
+const MANGLED: &str = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
+
+#[test]
+fn raw_cupti_records_convert_write_and_read_back() {
+    let mangled = std::ffi::CString::new(MANGLED).unwrap();
+    let mut k: sys::CUpti_ActivityKernel10 = zeroed();
+    k.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = 2_000_000;
+    k.end = 2_012_345;
+    k.deviceId = 0;
+    k.contextId = 1;
+    k.streamId = 7;
+    k.correlationId = 55;
+    k.gridX = 80;
+    k.gridY = 1;
+    k.gridZ = 1;
+    k.blockX = 128;
+    k.blockY = 1;
+    k.blockZ = 1;
+    k.registersPerThread = 40;
+    k.staticSharedMemory = 512;
+    k.dynamicSharedMemory = 8192;
+    k.launchType = 1;
+    k.cacheConfig.both = 0x10;
+    k.name = mangled.as_ptr();
+
+    let mut rt: sys::CUpti_ActivityAPI = zeroed();
+    rt.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_RUNTIME;
+    rt.cbid = 211;
+    rt.start = 1_990_000;
+    rt.end = 1_995_000;
+    rt.processId = PID;
+    rt.threadId = TID;
+    rt.correlationId = 55;
+    // The driver call the runtime call made: same correlation id, dropped as nsys drops it.
+    let mut drv: sys::CUpti_ActivityAPI = rt;
+    drv.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER;
+    drv.cbid = 307;
+    drv.start = 1_991_000;
+    drv.end = 1_994_000;
+    // A driver call of its own.
+    let mut own: sys::CUpti_ActivityAPI = drv;
+    own.correlationId = 56;
+
+    let mut cp: sys::CUpti_ActivityMemcpy6 = zeroed();
+    cp.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY;
+    cp.copyKind = 2; // device to host
+    cp.srcKind = 3; // CUPTI device
+    cp.dstKind = 2; // CUPTI pinned
+    cp.bytes = 4096;
+    cp.start = 3_000_000;
+    cp.end = 3_001_000;
+    cp.streamId = 7;
+    cp.correlationId = 57;
+
+    let mut ms: sys::CUpti_ActivityMemset4 = zeroed();
+    ms.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET;
+    ms.value = 0;
+    ms.bytes = 1 << 20;
+    ms.start = 3_100_000;
+    ms.end = 3_100_800;
+    ms.streamId = 7;
+    ms.correlationId = 58;
+    ms.memoryKind = 3; // CUPTI device
+
+    let mut other: sys::CUpti_ActivityAPI = zeroed();
+    // SAFETY: the kind is read as an integer, so any value is allowed; 23 is a kind not traced.
+    unsafe { std::ptr::write(&mut other as *mut _ as *mut u32, 23) };
+
+    let mut names = NameCache::default();
+    // SAFETY: each pointer is to a complete record of the kind it names.
+    let acts: Vec<Activity> = unsafe {
+        [
+            &k as *const _ as *const sys::CUpti_Activity,
+            &rt as *const _ as *const sys::CUpti_Activity,
+            &drv as *const _ as *const sys::CUpti_Activity,
+            &own as *const _ as *const sys::CUpti_Activity,
+            &cp as *const _ as *const sys::CUpti_Activity,
+            &ms as *const _ as *const sys::CUpti_Activity,
+            &other as *const _ as *const sys::CUpti_Activity,
+        ]
+        .into_iter()
+        .filter_map(|p| cupti::activity_from_record(p, &mut names))
+        .collect()
+    };
+    assert_eq!(acts.len(), 6, "the unknown kind is skipped");
+
+    let mut conv = RecordConverter::new(PID, |domain, cbid| match (domain, cbid) {
+        (ApiDomain::Runtime, 211) => "cudaLaunchKernel_v7000".into(),
+        (ApiDomain::Driver, 307) => "cuLaunchKernel".into(),
+        _ => format!("<cbid {cbid}>"),
+    });
+    let mut out = TraceRecords {
+        process: ProcessInfo {
+            pid: PID,
+            name: "collect".into(),
+            threads: vec![],
+        },
+        ..TraceRecords::default()
+    };
+    conv.convert(&acts, &mut out);
+    assert_eq!(out.api_calls.len(), 2, "nested driver call dropped");
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_trace(dir.path(), &out);
+    let t = analyze::ingest::load_trace(&path).unwrap();
+    assert_eq!(t.kernels.len(), 1);
+    let kr = &t.kernels[0];
+    assert_eq!(t.name(kr.short_name), "vectorized_elementwise_kernel");
+    assert!(t
+        .name(kr.name)
+        .starts_with("void at::native::vectorized_elementwise_kernel<"));
+    assert_eq!(kr.mangled_name.map(|m| t.name(m)), Some(MANGLED));
+    assert_eq!(kr.duration().0, 12_345);
+    assert_eq!((kr.grid, kr.block), ([80, 1, 1], [128, 1, 1]));
+    assert_eq!(kr.registers_per_thread, 40);
+    assert_eq!(
+        (kr.static_shared_memory, kr.dynamic_shared_memory),
+        (512, 8192)
+    );
+    let calls: Vec<(&str, ApiKind, u64)> = t
+        .api_calls
+        .iter()
+        .map(|c| (t.name(c.name), c.kind, c.correlation_id))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("cudaLaunchKernel_v7000", ApiKind::Runtime, 55),
+            ("cuLaunchKernel", ApiKind::Driver, 56)
+        ]
+    );
+    let ops: Vec<(MemOpKind, u64)> = t.mem_ops.iter().map(|m| (m.kind, m.bytes.0)).collect();
+    assert_eq!(
+        ops,
+        [
+            (MemOpKind::DeviceToHost, 4096),
+            (MemOpKind::Memset, 1 << 20)
+        ]
+    );
+    // CUPTI's memory kinds become nsys's (device 3 -> 2, pinned 2 -> 1).
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let kinds: (i64, i64, i64) = c
+        .query_row(
+            "SELECT m.srcKind, m.dstKind, s.memKind FROM CUPTI_ACTIVITY_KIND_MEMCPY m, \
+             CUPTI_ACTIVITY_KIND_MEMSET s",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(kinds, (2, 1, 2));
+}
+
+/// nsys's `shortName` for every kernel of a real export, from its `mangledName`.
+#[test]
+fn kernel_short_names_match_nsys() {
+    let Some(real) = common::shared("ours/nsys/torch_small_ctx128_train_fp32.sqlite") else {
+        return;
+    };
+    let c =
+        rusqlite::Connection::open_with_flags(&real, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT DISTINCT m.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+             JOIN StringIds m ON m.id = k.mangledName JOIN StringIds s ON s.id = k.shortName",
+        )
+        .unwrap();
+    let pairs: Vec<(String, String)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(pairs.len() > 30, "{}", pairs.len());
+    for (mangled, short) in &pairs {
+        assert_eq!(&cupti::kernel_names(mangled).short, short, "{mangled}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory snapshots.
+
+/// `python3`, or `None` (with a message) when it cannot be run.
+fn python3() -> Option<Command> {
+    match Command::new("python3").arg("--version").output() {
+        Ok(o) if o.status.success() => Some(Command::new("python3")),
+        _ => {
+            eprintln!("skipped: python3 is not available to load the pickle");
+            None
+        }
+    }
+}
+
+/// A device that never runs out, with gaps between segments.
+struct Device {
+    next: u64,
+}
+
+impl Backend for Device {
+    fn malloc(&mut self, bytes: u64) -> Result<u64, Oom> {
+        let p = self.next;
+        self.next += bytes.div_ceil(2 * MIB) * 2 * MIB + 2 * MIB;
+        Ok(p)
+    }
+    fn free(&mut self, _ptr: u64) {}
+    fn device_free(&self) -> Option<u64> {
+        Some(80 << 30)
+    }
+}
+
+/// A training step's worth of allocations with phases and module frames: weights, activations
+/// kept for backward, temporaries, gradients, optimizer state, one failed allocation and an
+/// `empty_cache`.
+fn recorded_allocator() -> CachingAllocator<Device> {
+    let t = Arc::new(std::sync::atomic::AtomicI64::new(1_700_000_000_000_000));
+    let tc = t.clone();
+    let mut a = CachingAllocator::new(
+        Device {
+            next: 0x7f00_0000_0000,
+        },
+        AllocatorConfig {
+            memory_limit: Some(8 << 30),
+            clock: Clock::from_fn(move || tc.fetch_add(3, std::sync::atomic::Ordering::Relaxed)),
+            ..AllocatorConfig::default()
+        },
+    );
+    a.start_recording(1_000_000);
+    let ctx = a.context().clone();
+    let s = StreamId(0);
+    let d = 768u64;
+    let tokens = 4 * 128u64;
+    let weights: Vec<u64> = {
+        let _g = ctx.phase("init");
+        (0..4)
+            .flat_map(|l| {
+                let _m = ctx.module(&format!("layers.{l}"));
+                vec![
+                    a.malloc(d * d * 4 * 3, s).unwrap(),
+                    a.malloc(d * 3072 * 4, s).unwrap(),
+                    a.malloc(d * 4, s).unwrap(),
+                ]
+            })
+            .collect()
+    };
+    let _step = ctx.phase("step_0");
+    let mut saved = Vec::new();
+    {
+        let _f = ctx.phase("forward");
+        for l in 0..4 {
+            let _m = ctx.module(&format!("layers.{l}"));
+            let x = a.malloc(tokens * d * 4, s).unwrap();
+            let _attn = ctx.module("attn");
+            let scores = {
+                let _sc = ctx.module("scores");
+                a.malloc(4 * 12 * 128 * 128 * 4, s).unwrap()
+            };
+            let tmp = a.malloc(tokens * 3 * d * 4 + 100, s).unwrap();
+            a.free(tmp).unwrap();
+            saved.push(x);
+            saved.push(scores);
+        }
+    }
+    let grads: Vec<u64> = {
+        let _b = ctx.phase("backward");
+        let mut grads = Vec::new();
+        for (i, l) in (0..4).rev().enumerate() {
+            let _m = ctx.module(&format!("layers.{l}"));
+            let g = a.malloc(tokens * d * 4, s).unwrap();
+            grads.push(a.malloc(d * d * 4 * 3, s).unwrap());
+            a.free(g).unwrap();
+            a.free(saved.pop().unwrap()).unwrap();
+            a.free(saved.pop().unwrap()).unwrap();
+            if i == 1 {
+                // Asks for more than the limit: an `oom` entry, then the step goes on.
+                assert!(a.malloc(9 << 30, s).is_err());
+            }
+        }
+        grads
+    };
+    {
+        let _o = ctx.phase("optimizer");
+        let state: Vec<u64> = weights
+            .iter()
+            .map(|_| a.malloc(d * d * 4, s).unwrap())
+            .collect();
+        for g in grads {
+            a.free(g).unwrap();
+        }
+        for p in state.into_iter().step_by(2) {
+            a.free(p).unwrap();
+        }
+        // A workspace larger than any cached block: a segment of its own, released below.
+        let workspace = a.malloc(100 * MIB, s).unwrap();
+        a.free(workspace).unwrap();
+    }
+    a.empty_cache();
+    a
+}
+
+/// Loads a snapshot, compares its shape with a real one and runs the checks memory_viz's code
+/// relies on (written anew, after torch/cuda/_memory_viz.py `segsum`/`trace` and MemoryViz.js
+/// `annotate_snapshot`/`process_alloc_data`/`MemoryView`). Prints one JSON document.
+const CHECK_SNAPSHOT: &str = r#"
+import gzip, json, pickle, sys
+
+def load(path):
+    with open(path, 'rb') as f:
+        gz = f.read(2) == b'\x1f\x8b'
+    with (gzip.open if gz else open)(path, 'rb') as f:
+        return pickle.load(f)
+
+def tname(v):
+    return type(v).__name__
+
+def shape(s):
+    out = {'top': [[k, tname(v)] for k, v in s.items()]}
+    segs = s['segments']
+    out['segment'] = sorted({(k, tname(v)) for seg in segs for k, v in seg.items()})
+    out['segment_order'] = sorted({tuple(seg.keys()) for seg in segs})
+    out['segment_pool_id'] = sorted({tuple(tname(x) for x in seg['segment_pool_id']) for seg in segs})
+    blocks = [b for seg in segs for b in seg['blocks']]
+    out['block'] = sorted({(k, tname(v)) for b in blocks for k, v in b.items()})
+    out['block_order'] = sorted({tuple(b.keys()) for b in blocks})
+    entries = [e for t in s['device_traces'] for e in t]
+    out['entry'] = {}
+    for e in entries:
+        out['entry'].setdefault(e['action'], set()).update((k, tname(v)) for k, v in e.items())
+    out['entry'] = {a: sorted(v) for a, v in out['entry'].items()}
+    out['entry_order'] = {e['action']: list(e.keys()) for e in entries}
+    frames = [f for e in entries for f in e['frames']] + [f for b in blocks for f in b['frames']]
+    out['frame'] = sorted({(k, tname(v)) for f in frames for k, v in f.items()})
+    out['settings'] = sorted((k, tname(v)) for k, v in s['allocator_settings'].items())
+    out['annotation'] = sorted({(k, tname(v)) for a in s['external_annotations'] for k, v in a.items()})
+    return out
+
+def checks(s, complete):
+    """`complete`: the trace was recorded from the allocator's start, so it must replay to the
+    segments state exactly."""
+    bad = []
+    for seg in s['segments']:
+        off = seg['address']
+        for b in seg['blocks']:
+            if b['address'] != off: bad.append('block not contiguous at %x' % off)
+            off += b['size']
+            if b['state'] not in ('active_allocated', 'active_pending_free', 'inactive'):
+                bad.append('state ' + b['state'])
+            if b['state'] == 'active_allocated' and b['requested_size'] > b['size']:
+                bad.append('requested over size')
+        if off - seg['address'] != seg['total_size']: bad.append('blocks do not fill segment')
+        act = [b for b in seg['blocks'] if b['state'] == 'active_allocated']
+        if sum(b['size'] for b in act) != seg['allocated_size']: bad.append('allocated_size')
+        if sum(b['requested_size'] for b in act) != seg['requested_size']: bad.append('requested_size')
+        if seg['segment_type'] not in ('small', 'large'): bad.append('segment_type')
+        # segsum: internal + external free + allocated == total
+        internal = sum(b['size'] - b['requested_size'] for b in act)
+        external = sum(b['size'] for b in seg['blocks'] if b['state'] != 'active_allocated')
+        if internal + external + seg['requested_size'] != seg['total_size']: bad.append('segsum')
+    known = {'alloc', 'free_requested', 'free_completed', 'segment_alloc', 'segment_free', 'oom'}
+    for d, trace in enumerate(s['device_traces']):
+        live, segs, prev = {}, {}, None
+        for e in trace:
+            a = e['action']
+            if a not in known: bad.append('action ' + a)
+            for f in e['frames']:
+                # _frame_fmt and MemoryViz's frameFilter
+                '%s:%d:%s' % (f['filename'].split('/')[-1], f['line'], f['name'])
+                f['name'].find('x'); f['filename'].find('x')
+            if a == 'oom':
+                e['device_free'] + e['size']
+                continue
+            addr, size = e['addr'], e['size']
+            if a == 'segment_alloc':
+                segs[addr] = size
+            elif a == 'segment_free':
+                if segs.pop(addr, None) != size: bad.append('segment_free of unknown segment')
+            elif a == 'alloc':
+                if addr in live: bad.append('alloc of live address')
+                if complete and not any(s0 <= addr < s0 + n for s0, n in segs.items()):
+                    bad.append('alloc outside segments')
+                live[addr] = size
+            elif a == 'free_requested':
+                if complete and live.get(addr) != size: bad.append('free_requested mismatch')
+            elif a == 'free_completed':
+                if prev is None or prev['action'] != 'free_requested' or prev['addr'] != addr:
+                    bad.append('free_completed not after its free_requested')
+                if live.pop(addr, size) != size: bad.append('free_completed mismatch')
+            prev = e
+        if complete:
+            final = {b['address']: b['size'] for seg in s['segments'] if seg['device'] == d
+                     for b in seg['blocks'] if b['state'] == 'active_allocated'}
+            if live != final: bad.append('trace does not end in the segments state')
+            if segs != {seg['address']: seg['total_size'] for seg in s['segments']}:
+                bad.append('segment events do not end in the segments')
+    open_ = {}
+    for a in s['external_annotations']:
+        open_[a['name']] = open_.get(a['name'], 0) + (1 if a['stage'] == 'START' else -1)
+    if any(open_.values()): bad.append('unbalanced annotations')
+    return bad
+
+ours = load(sys.argv[1])
+real = load(sys.argv[2]) if len(sys.argv) > 2 else None
+entries = ours['device_traces'][-1]
+shared = 0
+for e1, e2 in zip(entries, entries[1:]):
+    if e1['frames'] and e1['frames'] == e2['frames'] and e1['frames'][0] is e2['frames'][0]:
+        shared += 1
+print(json.dumps({
+    'shape': shape(ours),
+    'real_shape': shape(real) if real else None,
+    'failures': checks(ours, True),
+    'real_failures': checks(real, False) if real else [],
+    'trace': [[e['action'], e.get('addr', 0), e['size']] for e in entries],
+    'frames_of_first_alloc': [[f['name'], f['filename'], f['line']] for e in entries
+                              if e['action'] == 'alloc' for f in e['frames']][:3],
+    'shared_frame_dicts': shared,
+    'annotations': [[a['stage'], a['name']] for a in ours['external_annotations']],
+    'devices': len(ours['device_traces']),
+}, default=list))
+"#;
+
+#[test]
+fn snapshot_loads_in_python_and_replays_to_the_peak() {
+    let Some(mut py) = python3() else { return };
+    let a = recorded_allocator();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snapshot.pickle");
+    snapshot_writer::write(&a.snapshot(), &path).unwrap();
+    let real = common::shared("ours/memsnap/memsnap_small_ctx128_train_fp32.pickle.gz");
+    py.arg("-c").arg(CHECK_SNAPSHOT).arg(&path);
+    if let Some(r) = &real {
+        py.arg(r);
+    }
+    let out = py.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failures"], serde_json::json!([]), "memory_viz checks");
+
+    // The trace replays, by summing alloc minus free_completed, to the allocator's own peak and
+    // final value; segment events replay to the reserved peak.
+    let (mut cur, mut peak, mut seg, mut seg_peak) = (0i64, 0i64, 0i64, 0i64);
+    let mut actions: HashMap<String, usize> = HashMap::new();
+    for e in v["trace"].as_array().unwrap() {
+        let action = e[0].as_str().unwrap();
+        let size = e[2].as_i64().unwrap();
+        *actions.entry(action.to_owned()).or_default() += 1;
+        match action {
+            "alloc" => {
+                cur += size;
+                peak = peak.max(cur);
+            }
+            "free_completed" => cur -= size,
+            "segment_alloc" => {
+                seg += size;
+                seg_peak = seg_peak.max(seg);
+            }
+            "segment_free" => seg -= size,
+            _ => {}
+        }
+    }
+    assert_eq!(peak as u64, a.max_memory_allocated());
+    assert_eq!(cur as u64, a.memory_allocated());
+    assert_eq!(seg_peak as u64, a.max_memory_reserved());
+    assert_eq!(seg as u64, a.memory_reserved());
+    assert!(a.max_memory_allocated() > a.memory_allocated());
+    for action in [
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+    ] {
+        assert!(
+            actions.get(action).copied().unwrap_or(0) > 0,
+            "{action}: {actions:?}"
+        );
+    }
+    assert_eq!(actions["oom"], 1);
+    assert_eq!(actions["free_requested"], actions["free_completed"]);
+
+    // Our frames, innermost first; repeated stacks share their frame dicts.
+    assert_eq!(
+        v["frames_of_first_alloc"],
+        serde_json::json!([
+            ["layers.0", "collect/module", 0],
+            ["init", "collect/phase", 0],
+            ["layers.0", "collect/module", 0]
+        ])
+    );
+    assert!(v["shared_frame_dicts"].as_u64().unwrap() > 10);
+    let phases: Vec<String> = v["annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| format!("{} {}", a[0].as_str().unwrap(), a[1].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "START init",
+            "END init",
+            "START step_0",
+            "START forward",
+            "END forward",
+            "START backward",
+            "END backward",
+            "START optimizer",
+            "END optimizer",
+            "END step_0"
+        ]
+    );
+    assert_eq!(v["devices"], 1);
+
+    // Same keys, key order and Python types as the snapshot PyTorch 2.11 wrote.
+    if real.is_some() {
+        assert_eq!(v["real_failures"], serde_json::json!([]));
+        let (ours, real) = (&v["shape"], &v["real_shape"]);
+        for k in [
+            "top",
+            "segment",
+            "segment_order",
+            "segment_pool_id",
+            "block",
+            "block_order",
+            "frame",
+            "settings",
+        ] {
+            assert_eq!(ours[k], real[k], "{k}");
+        }
+        for action in ["alloc", "free_requested", "free_completed"] {
+            assert_eq!(ours["entry"][action], real["entry"][action], "{action}");
+            assert_eq!(
+                ours["entry_order"][action], real["entry_order"][action],
+                "{action}"
+            );
+        }
+        // Segment events have the keys of block events; `oom` has `device_free` for `addr`, as
+        // PyTorch's memory_snapshot.cpp writes it.
+        assert_eq!(ours["entry"]["segment_alloc"], real["entry"]["alloc"]);
+        let oom_keys: Vec<&str> = ours["entry_order"]["oom"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            oom_keys,
+            [
+                "action",
+                "device_free",
+                "size",
+                "stream",
+                "time_us",
+                "compile_context",
+                "user_metadata",
+                "frames"
+            ]
+        );
+        assert_eq!(ours["annotation"], real["annotation"]);
+    }
+}

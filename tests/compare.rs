@@ -1,0 +1,375 @@
+//! `analyze compare`: run the real binary on pairs of traces and check its numbers against the
+//! official `nsys stats` CSVs of the same files and against SQL on the exports.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const FP32: &str = "nsys/torch_small_ctx128_train_fp32.sqlite.gz";
+const BF16: &str = "nsys/torch_small_ctx256_train_bf16.sqlite.gz";
+const KINETO: &str = "kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz";
+
+fn analyze(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_analyze"))
+        .args(args)
+        .output()
+        .expect("the analyze binary runs")
+}
+
+fn path(rel: &str) -> String {
+    common::fixture(rel).display().to_string()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("compare -f json prints JSON")
+}
+
+/// Rows of an `nsys stats --format csv` file as (column -> value) maps.
+fn stats_csv(name: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(common::fixture(&format!("nsys/stats/{name}.csv"))).unwrap();
+    let mut lines = text.lines().filter(|l| !l.is_empty());
+    let header = split_csv(lines.next().unwrap());
+    lines
+        .map(|l| header.iter().cloned().zip(split_csv(l)).collect())
+        .collect()
+}
+
+fn split_csv(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                out.last_mut().unwrap().push('"');
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
+            c => out.last_mut().unwrap().push(c),
+        }
+    }
+    out
+}
+
+fn int(row: &std::collections::HashMap<String, String>, col: &str) -> i64 {
+    row[col].parse().unwrap()
+}
+
+/// (total time, instances) of the kernel-summary rows whose name satisfies `pick`.
+fn kern_sum(file: &str, pick: impl Fn(&str) -> bool) -> (i64, i64) {
+    stats_csv(&format!("{file}_cuda_gpu_kern_sum"))
+        .iter()
+        .filter(|r| pick(&r["Name"]))
+        .fold((0, 0), |(t, n), r| {
+            (t + int(r, "Total Time (ns)"), n + int(r, "Instances"))
+        })
+}
+
+fn find<'a>(rows: &'a Value, name: &str) -> &'a Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no row {name}"))
+}
+
+#[test]
+fn compare_of_an_export_with_itself_reports_no_change() {
+    let a = path(FP32);
+    let out = analyze(&["compare", &a, &a, "-f", "json", "--fail-if-slower", "0"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    let (total, instances) = kern_sum("torch_small_ctx128_train_fp32", |_| true);
+    assert_eq!(v["a"]["kernel_time"], total);
+    assert_eq!(v["b"]["kernel_time"], total);
+    assert_eq!(v["a"]["kernel_instances"], instances);
+    assert_eq!(v["kernel_time_delta_ns"], 0);
+    let kernels = v["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 61);
+    assert!(kernels
+        .iter()
+        .all(|k| k["time_delta_ns"] == 0 && k["status"] == "both"));
+    assert!(v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["time_delta_ns"] == 0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("check passed"));
+}
+
+fn python3() -> bool {
+    Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn kernels_scaled_by_1_1_trip_fail_if_slower_5() {
+    if !python3() {
+        eprintln!("skipped: python3 is not available to run scripts/scale_kernel_durations.py");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = common::fixture(FP32);
+    let before = std::fs::read(&input).unwrap();
+    let scaled = dir.path().join("scaled.sqlite");
+    let made = Command::new("python3")
+        .arg(common::root().join("scripts/scale_kernel_durations.py"))
+        .arg(&input)
+        .arg(&scaled)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        before,
+        "the input is untouched"
+    );
+
+    // Independent figures from the scaled copy.
+    let conn = rusqlite::Connection::open(&scaled).unwrap();
+    let scaled_total: i64 = conn
+        .query_row(
+            "SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let (total, _) = kern_sum("torch_small_ctx128_train_fp32", |_| true);
+    let rise = (scaled_total - total) as f64 / total as f64 * 100.0;
+    assert!((rise - 10.0).abs() < 0.01, "{rise}");
+    // The kernel with the largest total time has the largest rise.
+    let top = stats_csv("torch_small_ctx128_train_fp32_cuda_gpu_kern_sum")[0]["Name"].clone();
+
+    let a = input.display().to_string();
+    let b = scaled.display().to_string();
+    let out = analyze(&["compare", &a, &b, "--fail-if-slower", "5", "-f", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json_of(&out);
+    assert_eq!(v["b"]["kernel_time"], scaled_total);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("check failed"), "{stderr}");
+    assert!(stderr.contains("rose 10.00%"), "{stderr}");
+    let first_named = stderr.lines().nth(2).unwrap();
+    assert!(first_named.contains(&top[..90]), "{first_named}\n{top}");
+
+    let loose = analyze(&["compare", &a, &b, "--fail-if-slower", "15"]);
+    assert_eq!(loose.status.code(), Some(0));
+}
+
+#[test]
+fn fp32_vs_bf16_lines_up_families_and_ranges() {
+    let out = analyze(&["compare", &path(FP32), &path(BF16), "-f", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v = json_of(&out);
+    let fp32 = "torch_small_ctx128_train_fp32";
+    let bf16 = "torch_small_ctx256_train_bf16";
+
+    // Totals are the sums of nsys's own kernel summaries.
+    let (ta, na) = kern_sum(fp32, |_| true);
+    let (tb, nb) = kern_sum(bf16, |_| true);
+    assert_eq!(
+        (
+            v["a"]["kernel_time"].as_i64(),
+            v["b"]["kernel_time"].as_i64()
+        ),
+        (Some(ta), Some(tb))
+    );
+    assert_eq!(v["kernel_time_delta_ns"], tb - ta);
+    assert_eq!(
+        (
+            v["a"]["kernel_instances"].as_i64(),
+            v["b"]["kernel_instances"].as_i64()
+        ),
+        (Some(na), Some(nb))
+    );
+    assert_eq!(v["a"]["distinct_kernels"], 61);
+    assert_eq!(v["b"]["distinct_kernels"], 71);
+
+    // Tile-size and split-K variants of one cuBLAS GEMM fold into one family.
+    let families = &v["families"];
+    let tn = find(families, "sm80_xmma_gemm_tn_n_execute_kernel__5x_cublas");
+    let (t, n) = kern_sum(fp32, |name| {
+        name.starts_with("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_")
+    });
+    assert_eq!(
+        (tn["a"]["total_ns"].as_i64(), tn["a"]["instances"].as_i64()),
+        (Some(t), Some(n))
+    );
+    assert_eq!(tn["status"], "only_a");
+    let nnn = find(families, "nvjet_sm90_tst_NNN");
+    let (t, n) = kern_sum(bf16, |name| {
+        name.starts_with("nvjet_sm90_tst_") && name.ends_with("_NNN")
+    });
+    assert_eq!(
+        (
+            nnn["b"]["total_ns"].as_i64(),
+            nnn["b"]["instances"].as_i64()
+        ),
+        (Some(t), Some(n))
+    );
+    assert!(n > 288, "several tile sizes folded: {n}");
+    let cutlass = find(families, "cutlass_80_gemm_nn");
+    let (t, n) = kern_sum(fp32, |name| {
+        name.contains("cutlass_80_simt_sgemm_256x128_8x4_nn_align1")
+    });
+    assert_eq!(
+        (
+            cutlass["a"]["total_ns"].as_i64(),
+            cutlass["a"]["instances"].as_i64()
+        ),
+        (Some(t), Some(n))
+    );
+
+    // Families of ordinary kernels are nsys's short names (`cuda_gpu_kern_sum:base`).
+    let base = |file: &str, name: &str| {
+        let rows = stats_csv(&format!("{file}_cuda_gpu_kern_sum_base"));
+        let r = rows.iter().find(|r| r["Name"] == name).unwrap();
+        (int(r, "Total Time (ns)"), int(r, "Instances"))
+    };
+    let ew = find(families, "elementwise_kernel");
+    assert_eq!(ew["status"], "both");
+    assert_eq!(
+        (
+            ew["a"]["total_ns"].as_i64().unwrap(),
+            ew["a"]["instances"].as_i64().unwrap()
+        ),
+        base(fp32, "elementwise_kernel")
+    );
+    assert_eq!(
+        (
+            ew["b"]["total_ns"].as_i64().unwrap(),
+            ew["b"]["instances"].as_i64().unwrap()
+        ),
+        base(bf16, "elementwise_kernel")
+    );
+    // Families are sorted by the size of their change.
+    let impact: Vec<i64> = families
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["time_delta_ns"].as_i64().unwrap().abs())
+        .collect();
+    assert!(impact.windows(2).all(|w| w[0] >= w[1]));
+
+    // Until kernel classes exist every kernel is "other": one class row holding everything.
+    assert_eq!(v["classes"].as_array().unwrap().len(), 1);
+    assert_eq!(v["classes"][0]["time_delta_ns"], tb - ta);
+
+    // Ranges: totals and instances from `nsys stats -r nvtx_sum` of each file.
+    let nvtx = |file: &str, range: &str| {
+        let rows = stats_csv(&format!("{file}_nvtx_sum"));
+        let r = rows.iter().find(|r| r["Range"] == range).unwrap();
+        (int(r, "Total Time (ns)"), int(r, "Instances"))
+    };
+    let phases = &v["phases"];
+    for range in [":forward", ":backward", ":optimizer", ":attention_softmax"] {
+        let p = phases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["range"] == range)
+            .unwrap();
+        let (ta, na) = nvtx(fp32, range);
+        let (tb, nb) = nvtx(bf16, range);
+        assert_eq!(p["a"]["total_ns"], ta, "{range}");
+        assert_eq!(p["a"]["instances"], na, "{range}");
+        assert_eq!(p["b"]["total_ns"], tb, "{range}");
+        assert_eq!(p["b"]["instances"], nb, "{range}");
+        assert_eq!(p["time_delta_ns"], tb - ta, "{range}");
+    }
+}
+
+#[test]
+fn markdown_and_table_outputs_are_readable() {
+    let md = analyze(&[
+        "compare",
+        &path(FP32),
+        &path(BF16),
+        "-f",
+        "markdown",
+        "--limit",
+        "5",
+    ]);
+    assert_eq!(md.status.code(), Some(0));
+    let text = String::from_utf8(md.stdout).unwrap();
+    for heading in [
+        "### Summary",
+        "### Kernel families",
+        "### Kernel classes",
+        "### Kernels",
+        "### Ranges in both traces",
+    ] {
+        assert!(text.contains(heading), "{heading} missing");
+    }
+    assert!(text.contains("more rows not shown"));
+    // Names are cut for people, never longer than 100 characters.
+    let table = analyze(&["compare", &path(FP32), &path(BF16)]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.contains("…"));
+    let csv = analyze(&["compare", &path(FP32), &path(BF16), "-f", "csv"]);
+    let text = String::from_utf8(csv.stdout).unwrap();
+    assert!(!text.contains('…'), "CSV keeps whole names");
+}
+
+#[test]
+fn kineto_and_nsys_traces_of_one_workload_line_up() {
+    // Kineto's kernels all exist, under the same name, in the nsys export of the same workload.
+    let out = analyze(&["compare", &path(FP32), &path(KINETO), "-f", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    assert_eq!(v["b"]["format"], "kineto");
+    assert_eq!(v["b"]["distinct_kernels"], 60);
+    let only_b = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] == "only_b")
+        .count();
+    assert_eq!(only_b, 0);
+}
+
+#[test]
+fn memory_snapshots_are_refused_with_the_supported_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("snap.pickle");
+    // A pickle's protocol opcode: detected as a memory snapshot before it is read.
+    std::fs::write(&snapshot, [0x80, 0x04, 0x4b, 0x01, 0x2e]).unwrap();
+    let s = snapshot.display().to_string();
+    let out = analyze(&["compare", &s, &s]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(
+        stderr.contains("memory snapshot") && stderr.contains("not supported"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!Path::new(&s).with_extension("sqlite").exists());
+}
+
+#[test]
+fn bad_threshold_is_a_usage_error() {
+    let a = path(FP32);
+    let out = analyze(&["compare", &a, &a, "--fail-if-slower", "-3"]);
+    assert_eq!(out.status.code(), Some(2));
+}
