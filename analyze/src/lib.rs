@@ -9,6 +9,7 @@ pub mod error;
 pub mod ingest;
 pub mod memory;
 pub mod model;
+pub mod plot;
 pub mod render;
 pub mod stats;
 

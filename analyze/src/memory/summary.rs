@@ -1,0 +1,677 @@
+//! One snapshot's results ([`MemoryReport`], serializable, made by [`analyze`]) and the tables
+//! built from one or many of them: the peak report, the peak table across runs (rows named from
+//! file names such as `memsnap_medium_ctx256_train_fp32`), baseline against autocast with deltas,
+//! and a `memory_viz`-like summary of the allocator's segments.
+//!
+//! Everything here is pure: the caller reads files and chooses labels.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::categories::{breakdown, categorize, CategoryShare, Rules};
+use super::peak::{top_allocations, TopAllocation};
+use super::phases::{spans, stack_phases, Phase, PhaseSpan};
+use super::timeline::{replay, Timeline};
+use super::{mib, BlockState, SegmentKind, Snapshot, SnapshotFormat};
+use crate::render::{Cell, Document, Section, Table};
+
+/// What to compute.
+#[derive(Clone, Debug)]
+pub struct MemoryOptions {
+    /// How many allocations to list at the peak.
+    pub top: usize,
+    /// Device to analyse; by default the one with the highest peak.
+    pub device: Option<i64>,
+    /// Name of the run in tables; by default the caller passes the file name.
+    pub label: String,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions {
+            top: 10,
+            device: None,
+            label: String::new(),
+        }
+    }
+}
+
+/// Model, context length, mode and precision of a run, read from its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RunName {
+    pub model: Option<String>,
+    pub ctx: Option<u32>,
+    /// `forward` or `train`.
+    pub mode: Option<String>,
+    /// `fp32`, `bf16`, `fp16` or `amp`.
+    pub precision: Option<String>,
+}
+
+/// Read model/ctx/mode/precision from a name such as `memsnap_medium_ctx256_train_fp32.pickle.gz`
+/// or `medium_128_training_memory_snapshot.pickle`.
+pub fn parse_run_name(name: &str) -> RunName {
+    let stem = name
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(name)
+        .trim_end_matches(".gz")
+        .trim_end_matches(".pickle")
+        .trim_end_matches(".pkl");
+    let tokens: Vec<String> = stem
+        .split(['_', '-', '.', ' '])
+        .filter(|t| !t.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut r = RunName::default();
+    const MODELS: [&str; 7] = ["tiny", "small", "medium", "large", "xl", "2.7b", "2p7b"];
+    for (i, t) in tokens.iter().enumerate() {
+        if r.model.is_none() && MODELS.contains(&t.as_str()) {
+            r.model = Some(t.clone());
+            // `medium_128`: a bare number right after the model is the context length.
+            if let Some(n) = tokens.get(i + 1).and_then(|n| n.parse().ok()) {
+                r.ctx.get_or_insert(n);
+            }
+        }
+        if let Some(n) = t
+            .strip_prefix("ctx")
+            .or_else(|| t.strip_prefix("context"))
+            .or_else(|| t.strip_prefix("seq"))
+            .and_then(|n| n.parse().ok())
+        {
+            r.ctx = Some(n);
+        }
+        let mode = match t.as_str() {
+            "forward" | "fwd" | "inference" | "infer" | "eval" => Some("forward"),
+            "train" | "training" | "fullstep" | "step" | "full" | "backward" | "bwd" => {
+                Some("train")
+            }
+            _ => None,
+        };
+        if let (None, Some(m)) = (&r.mode, mode) {
+            r.mode = Some(m.to_owned());
+        }
+        let precision = match t.as_str() {
+            "fp32" | "float32" | "f32" => Some("fp32"),
+            "bf16" | "bfloat16" => Some("bf16"),
+            "fp16" | "float16" | "half" => Some("fp16"),
+            "amp" | "autocast" | "mixed" => Some("amp"),
+            _ => None,
+        };
+        if let (None, Some(p)) = (&r.precision, precision) {
+            r.precision = Some(p.to_owned());
+        }
+    }
+    r
+}
+
+/// A phase span with times relative to the window's start.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTimes {
+    pub phase: Phase,
+    pub first_entry: usize,
+    pub last_entry: usize,
+    pub start_us: Option<f64>,
+    pub end_us: Option<f64>,
+}
+
+/// The allocator's segments at the end of the window, as `memory_viz`'s `stats`/`segsum`
+/// summarise them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SegmentStats {
+    pub segments: usize,
+    pub large_segments: usize,
+    pub small_segments: usize,
+    pub reserved_bytes: u64,
+    /// Blocks held by tensors, as the allocator counts them.
+    pub allocated_bytes: u64,
+    /// What those tensors asked for.
+    pub requested_bytes: u64,
+    /// Reserved but not allocated.
+    pub free_bytes: u64,
+    /// Allocated minus requested: rounding and unsplit blocks.
+    pub internal_free_bytes: u64,
+    /// Largest free (inactive) block: the largest request served without a new `cudaMalloc`.
+    pub largest_free_block_bytes: u64,
+    /// Free (reserved but unallocated) bytes as a fraction of reserved: what PyTorch's
+    /// out-of-memory message calls fragmentation.
+    pub fragmentation: f64,
+}
+
+/// Segment statistics of one device's end state.
+pub fn segment_stats(snap: &Snapshot, device: i64) -> SegmentStats {
+    let mut s = SegmentStats::default();
+    for seg in snap.segments.iter().filter(|g| g.device == device) {
+        s.segments += 1;
+        match seg.kind {
+            SegmentKind::Large => s.large_segments += 1,
+            SegmentKind::Small => s.small_segments += 1,
+            SegmentKind::Unknown => {}
+        }
+        s.reserved_bytes = s.reserved_bytes.saturating_add(seg.total_size);
+        for b in &seg.blocks {
+            match b.state {
+                BlockState::ActiveAllocated => {
+                    s.allocated_bytes = s.allocated_bytes.saturating_add(b.size);
+                    s.requested_bytes = s.requested_bytes.saturating_add(b.requested_size);
+                }
+                BlockState::Inactive => {
+                    s.largest_free_block_bytes = s.largest_free_block_bytes.max(b.size);
+                }
+                BlockState::ActivePendingFree => {}
+            }
+        }
+    }
+    s.free_bytes = s.reserved_bytes.saturating_sub(s.allocated_bytes);
+    s.internal_free_bytes = s.allocated_bytes.saturating_sub(s.requested_bytes);
+    s.fragmentation = if s.reserved_bytes > 0 {
+        s.free_bytes as f64 / s.reserved_bytes as f64
+    } else {
+        0.0
+    };
+    s
+}
+
+/// Consistency counters of the replay (all zero on a healthy snapshot).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReplayChecks {
+    pub size_fallbacks: usize,
+    pub unmatched_frees: usize,
+    /// End-state allocated bytes minus the replay's final value.
+    pub end_mismatch_bytes: i64,
+}
+
+/// Everything `analyze memory` reports about one snapshot.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryReport {
+    pub label: String,
+    pub run: RunName,
+    pub format: SnapshotFormat,
+    pub device: i64,
+    pub devices: Vec<i64>,
+    pub trace_entries: usize,
+    /// Length of the recorded window in µs (`None` without times).
+    pub window_us: Option<f64>,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// µs after the window's first entry (`None` without times or without a trace).
+    pub peak_time_us: Option<f64>,
+    /// Trace entry at which the peak is reached (`None`: no trace, the end state is the peak).
+    pub peak_entry: Option<usize>,
+    pub peak_phase: Option<Phase>,
+    pub reserved_at_peak_bytes: u64,
+    /// Highest allocated bytes during forward phases (`None` when frames reveal no forward).
+    pub forward_peak_bytes: Option<u64>,
+    /// Allocated at the start of the window: made before recording began.
+    pub start_allocated_bytes: u64,
+    pub end_allocated_bytes: u64,
+    pub end_reserved_bytes: u64,
+    pub top_allocations: Vec<TopAllocation>,
+    pub categories_at_peak: Vec<CategoryShare>,
+    pub phases: Vec<PhaseTimes>,
+    pub stats: SegmentStats,
+    pub oom_events: usize,
+    pub checks: ReplayChecks,
+}
+
+/// A report with the timeline and phase spans it was made from (for plots).
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    pub report: MemoryReport,
+    pub timeline: Timeline,
+    pub spans: Vec<PhaseSpan>,
+    /// Category of every allocation of the timeline.
+    pub categories: Vec<String>,
+}
+
+/// Analyse one snapshot.
+pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis {
+    let devices = snap.devices();
+    let device = opts.device.unwrap_or_else(|| {
+        // The device with the highest peak, so a stray allocation on another GPU does not win.
+        devices
+            .iter()
+            .copied()
+            .max_by_key(|&d| {
+                let tl = replay(snap, d);
+                tl.peak_allocated()
+                    .map_or(tl.end_allocated, |p| p.allocated)
+            })
+            .unwrap_or(0)
+    });
+    let timeline = replay(snap, device);
+    let trace = snap.trace(device);
+    let phase_of = stack_phases(&snap.frames);
+    let spans = spans(trace, &phase_of);
+    let categories = categorize(snap, &timeline, rules);
+
+    let t0 = timeline.first_time_us();
+    let rel = |entry: usize| -> Option<f64> {
+        let t = timeline.points.get(entry)?.time_us?;
+        // In floating point: hostile timestamps must not overflow.
+        Some(t as f64 - t0? as f64)
+    };
+    let peak = timeline.peak_allocated();
+    let peak_entry = peak.map(|p| p.entry);
+    let (peak_allocated, reserved_at_peak) = match peak {
+        Some(p) => (p.allocated, p.reserved),
+        None => (timeline.end_allocated, timeline.end_reserved),
+    };
+    let peak_reserved = timeline
+        .peak_reserved()
+        .map_or(timeline.end_reserved, |p| p.reserved)
+        .max(timeline.start_reserved);
+    let forward_peak = spans
+        .iter()
+        .filter(|s| s.phase == Phase::Forward)
+        .filter_map(|s| {
+            timeline.points[s.first_entry..=s.last_entry]
+                .iter()
+                .map(|p| p.allocated)
+                .max()
+        })
+        .max();
+    let peak_phase = peak_entry.and_then(|e| {
+        spans
+            .iter()
+            .find(|s| s.first_entry <= e && e <= s.last_entry)
+            .map(|s| s.phase)
+    });
+    let at_peak: Vec<(u64, &str)> = timeline
+        .allocations
+        .iter()
+        .zip(&categories)
+        .filter(|(a, _)| a.live_after(peak_entry))
+        .map(|(a, c)| (a.size, c.as_str()))
+        .collect();
+    let final_allocated = timeline
+        .points
+        .last()
+        .map_or(timeline.start_allocated, |p| p.allocated);
+    let report = MemoryReport {
+        label: opts.label.clone(),
+        run: parse_run_name(&opts.label),
+        format: snap.format.clone(),
+        device,
+        devices,
+        trace_entries: trace.len(),
+        window_us: trace.len().checked_sub(1).and_then(rel),
+        peak_allocated_bytes: peak_allocated,
+        peak_reserved_bytes: peak_reserved,
+        peak_time_us: peak_entry.and_then(rel),
+        peak_entry,
+        peak_phase,
+        reserved_at_peak_bytes: reserved_at_peak,
+        forward_peak_bytes: forward_peak,
+        start_allocated_bytes: timeline.start_allocated,
+        end_allocated_bytes: timeline.end_allocated,
+        end_reserved_bytes: timeline.end_reserved,
+        top_allocations: top_allocations(
+            &snap.frames,
+            &timeline,
+            &categories,
+            peak_entry,
+            opts.top,
+        ),
+        categories_at_peak: breakdown(at_peak),
+        phases: spans
+            .iter()
+            .map(|s| PhaseTimes {
+                phase: s.phase,
+                first_entry: s.first_entry,
+                last_entry: s.last_entry,
+                start_us: rel(s.first_entry),
+                end_us: rel(s.last_entry),
+            })
+            .collect(),
+        stats: segment_stats(snap, device),
+        oom_events: timeline.oom_entries.len(),
+        checks: ReplayChecks {
+            size_fallbacks: timeline.size_fallbacks,
+            unmatched_frees: timeline.unmatched_frees,
+            end_mismatch_bytes: (i128::from(timeline.end_allocated) - i128::from(final_allocated))
+                .clamp(i128::from(i64::MIN), i128::from(i64::MAX))
+                as i64,
+        },
+    };
+    Analysis {
+        report,
+        timeline,
+        spans,
+        categories,
+    }
+}
+
+fn mib_cell(b: u64) -> Cell {
+    Cell::Float(mib(b), 2)
+}
+
+fn opt_mib(b: Option<u64>) -> Cell {
+    b.map_or(Cell::Missing, mib_cell)
+}
+
+fn ms_cell(us: Option<f64>) -> Cell {
+    us.map_or(Cell::Missing, |u| Cell::Float(u / 1000.0, 3))
+}
+
+/// The peak report of one snapshot: headline numbers, top allocations, categories, segments.
+pub fn report_document(r: &MemoryReport) -> Document {
+    let mut head = Table::new(["quantity", "MiB", "bytes", "at (ms)", "entry"]);
+    let mut row = |name: &str, bytes: u64, at: Option<f64>, entry: Option<usize>| {
+        head.push(vec![
+            Cell::text(name),
+            mib_cell(bytes),
+            Cell::Int(bytes as i64),
+            ms_cell(at),
+            entry.map_or(Cell::Missing, |e| Cell::Int(e as i64)),
+        ]);
+    };
+    row(
+        "peak allocated",
+        r.peak_allocated_bytes,
+        r.peak_time_us,
+        r.peak_entry,
+    );
+    if let Some(f) = r.forward_peak_bytes {
+        row("forward peak allocated", f, None, None);
+    }
+    row(
+        "reserved at the peak",
+        r.reserved_at_peak_bytes,
+        r.peak_time_us,
+        r.peak_entry,
+    );
+    row("peak reserved", r.peak_reserved_bytes, None, None);
+    row(
+        "allocated before recording",
+        r.start_allocated_bytes,
+        None,
+        None,
+    );
+    row(
+        "allocated at the end",
+        r.end_allocated_bytes,
+        r.window_us,
+        None,
+    );
+    row(
+        "reserved at the end",
+        r.end_reserved_bytes,
+        r.window_us,
+        None,
+    );
+    let mut notes = vec![format!(
+        "{} trace entries on device {}{}{}",
+        r.trace_entries,
+        r.device,
+        r.window_us
+            .map(|w| format!(" over {:.3} ms", w / 1000.0))
+            .unwrap_or_default(),
+        r.peak_phase
+            .map(|p| format!("; the peak falls in the {} phase", p.name()))
+            .unwrap_or_default(),
+    )];
+    if !r.phases.is_empty() {
+        let phases: Vec<String> = r
+            .phases
+            .iter()
+            .map(|p| match (p.start_us, p.end_us) {
+                (Some(s), Some(e)) => {
+                    format!("{} {:.1}-{:.1} ms", p.phase.name(), s / 1000.0, e / 1000.0)
+                }
+                _ => format!(
+                    "{} entries {}-{}",
+                    p.phase.name(),
+                    p.first_entry,
+                    p.last_entry
+                ),
+            })
+            .collect();
+        notes.push(format!("phases: {}", phases.join(", ")));
+    }
+    if r.trace_entries == 0 {
+        notes.push("no allocator trace in this snapshot: the numbers are the end state".into());
+    }
+    if r.oom_events > 0 {
+        notes.push(format!(
+            "{} out-of-memory events in the trace",
+            r.oom_events
+        ));
+    }
+    if r.checks.unmatched_frees > 0 || r.checks.size_fallbacks > 0 {
+        notes.push(format!(
+            "replay: {} frees of unknown addresses, {} sizes taken as rounded requests",
+            r.checks.unmatched_frees, r.checks.size_fallbacks
+        ));
+    }
+
+    let mut top = Table::new([
+        "#",
+        "MiB",
+        "bytes",
+        "requested",
+        "stream",
+        "category",
+        "frame",
+        "stack",
+    ]);
+    for (i, a) in r.top_allocations.iter().enumerate() {
+        top.push(vec![
+            Cell::Int(i as i64 + 1),
+            mib_cell(a.size),
+            Cell::Int(a.size as i64),
+            Cell::Int(a.requested_size as i64),
+            Cell::Int(a.stream as i64),
+            Cell::text(&a.category),
+            Cell::text(&a.frame),
+            Cell::text(a.stack.join(" < ")),
+        ]);
+    }
+
+    let mut cats = Table::new(["category", "MiB", "bytes", "count", "share %"]);
+    for c in &r.categories_at_peak {
+        cats.push(vec![
+            Cell::text(&c.category),
+            mib_cell(c.bytes),
+            Cell::Int(c.bytes as i64),
+            Cell::Int(c.count as i64),
+            Cell::Float(c.share * 100.0, 1),
+        ]);
+    }
+
+    Document {
+        sections: vec![
+            Section {
+                title: Some(format!("Peak memory: {}", r.label)),
+                table: head,
+                notes,
+            },
+            Section {
+                title: Some("Largest allocations live at the peak".into()),
+                table: top,
+                notes: Vec::new(),
+            },
+            Section {
+                title: Some("Categories at the peak".into()),
+                table: cats,
+                notes: Vec::new(),
+            },
+            stats_section(&r.label, &r.stats),
+        ],
+        json: None,
+    }
+}
+
+/// `memory_viz`-like segment summary.
+pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
+    let mut t = Table::new(["quantity", "value", "MiB"]);
+    let count = |t: &mut Table, n: &str, v: usize| {
+        t.push(vec![Cell::text(n), Cell::Int(v as i64), Cell::Missing])
+    };
+    let bytes = |t: &mut Table, n: &str, v: u64| {
+        t.push(vec![Cell::text(n), Cell::Int(v as i64), mib_cell(v)])
+    };
+    count(&mut t, "segments", s.segments);
+    count(&mut t, "large segments", s.large_segments);
+    count(&mut t, "small segments", s.small_segments);
+    bytes(&mut t, "reserved", s.reserved_bytes);
+    bytes(&mut t, "allocated", s.allocated_bytes);
+    bytes(&mut t, "requested", s.requested_bytes);
+    bytes(&mut t, "free", s.free_bytes);
+    bytes(&mut t, "internal free (rounding)", s.internal_free_bytes);
+    bytes(&mut t, "largest free block", s.largest_free_block_bytes);
+    t.push(vec![
+        Cell::text("fragmentation %"),
+        Cell::Float(s.fragmentation * 100.0, 1),
+        Cell::Missing,
+    ]);
+    Section {
+        title: Some(format!("Allocator segments at the end of the window: {label}")),
+        table: t,
+        notes: vec![
+            "fragmentation = free / reserved: cached bytes no tensor holds; the largest free block is the biggest request served without a new cudaMalloc".into(),
+        ],
+    }
+}
+
+fn text_or_missing(s: &Option<String>) -> Cell {
+    s.as_ref().map_or(Cell::Missing, Cell::text)
+}
+
+/// One row per snapshot: forward peak beside the full-step peak.
+pub fn peak_table(reports: &[MemoryReport]) -> Table {
+    let mut t = Table::new([
+        "run",
+        "model",
+        "ctx",
+        "mode",
+        "precision",
+        "forward peak MiB",
+        "step peak MiB",
+        "peak reserved MiB",
+        "before recording MiB",
+    ]);
+    for r in reports {
+        let train = r.run.mode.as_deref() != Some("forward");
+        t.push(vec![
+            Cell::text(&r.label),
+            text_or_missing(&r.run.model),
+            r.run.ctx.map_or(Cell::Missing, |c| Cell::Int(i64::from(c))),
+            text_or_missing(&r.run.mode),
+            text_or_missing(&r.run.precision),
+            opt_mib(r.forward_peak_bytes.or(if train {
+                None
+            } else {
+                Some(r.peak_allocated_bytes)
+            })),
+            if train {
+                mib_cell(r.peak_allocated_bytes)
+            } else {
+                Cell::Missing
+            },
+            mib_cell(r.peak_reserved_bytes),
+            mib_cell(r.start_allocated_bytes),
+        ]);
+    }
+    t
+}
+
+/// Pairs (baseline, autocast) of runs with the same model, ctx and mode: fp32 against each of
+/// bf16/fp16/amp. Indices into `reports`.
+pub fn precision_pairs(reports: &[MemoryReport]) -> Vec<(usize, usize)> {
+    // (model, ctx, mode) -> runs
+    type Key = (Option<String>, Option<u32>, Option<String>);
+    let mut groups: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
+    for (i, r) in reports.iter().enumerate() {
+        if r.run.precision.is_some() {
+            groups
+                .entry((r.run.model.clone(), r.run.ctx, r.run.mode.clone()))
+                .or_default()
+                .push(i);
+        }
+    }
+    let mut pairs = Vec::new();
+    for members in groups.values() {
+        let Some(&base) = members
+            .iter()
+            .find(|&&i| reports[i].run.precision.as_deref() == Some("fp32"))
+        else {
+            continue;
+        };
+        for &other in members {
+            if other != base {
+                pairs.push((base, other));
+            }
+        }
+    }
+    pairs
+}
+
+fn delta_cells(base: Option<u64>, other: Option<u64>) -> [Cell; 4] {
+    match (base, other) {
+        (Some(b), Some(o)) => [
+            mib_cell(b),
+            mib_cell(o),
+            Cell::Float(mib(o) - mib(b), 2),
+            if b > 0 {
+                Cell::Float((o as f64 - b as f64) / b as f64 * 100.0, 1)
+            } else {
+                Cell::Missing
+            },
+        ],
+        _ => [opt_mib(base), opt_mib(other), Cell::Missing, Cell::Missing],
+    }
+}
+
+/// Baseline against autocast: forward and step peaks with their differences.
+pub fn precision_table(reports: &[MemoryReport], pairs: &[(usize, usize)]) -> Table {
+    let mut t = Table::new([
+        "baseline",
+        "compared",
+        "forward base MiB",
+        "forward compared MiB",
+        "forward Δ MiB",
+        "forward Δ %",
+        "step base MiB",
+        "step compared MiB",
+        "step Δ MiB",
+        "step Δ %",
+    ]);
+    for &(b, o) in pairs {
+        let (rb, ro) = (&reports[b], &reports[o]);
+        let step = |r: &MemoryReport| {
+            (r.run.mode.as_deref() != Some("forward")).then_some(r.peak_allocated_bytes)
+        };
+        let fwd = |r: &MemoryReport| {
+            r.forward_peak_bytes.or_else(|| {
+                (r.run.mode.as_deref() == Some("forward")).then_some(r.peak_allocated_bytes)
+            })
+        };
+        let mut row = vec![Cell::text(&rb.label), Cell::text(&ro.label)];
+        row.extend(delta_cells(fwd(rb), fwd(ro)));
+        row.extend(delta_cells(step(rb), step(ro)));
+        t.push(row);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_names_are_read_from_file_names() {
+        let r = parse_run_name("memsnap_medium_ctx256_train_fp32.pickle.gz");
+        assert_eq!(r.model.as_deref(), Some("medium"));
+        assert_eq!(r.ctx, Some(256));
+        assert_eq!(r.mode.as_deref(), Some("train"));
+        assert_eq!(r.precision.as_deref(), Some("fp32"));
+        let r = parse_run_name("wedsonlin-a2__medium_128_inference_memory_snapshot.pickle.gz");
+        assert_eq!(r.model.as_deref(), Some("medium"));
+        assert_eq!(r.ctx, Some(128));
+        assert_eq!(r.mode.as_deref(), Some("forward"));
+        assert_eq!(r.precision, None);
+        let r = parse_run_name(r"C:\runs\memory_ctx128_fullstep_.pickle");
+        assert_eq!((r.ctx, r.mode.as_deref()), (Some(128), Some("train")));
+    }
+}
