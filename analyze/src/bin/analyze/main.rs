@@ -2,6 +2,7 @@
 //! library and maps the result to an exit code: 0 on success, 1 for a failed check
 //! (`compare --fail-if-slower`), 2 for bad input or usage.
 
+mod memory;
 mod stats;
 
 use std::io::Write;
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Print one `nsys stats` report (same rows, columns and numbers as Nsight Systems 2025.3).
     Stats(stats::Args),
+    /// Peaks, timelines, top allocations, categories and plots from PyTorch memory snapshots.
+    Memory(memory::Args),
 }
 
 /// What a subcommand asks `main` to do once it has finished.
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Stats(args) => stats::run(args),
+        Command::Memory(args) => memory::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
