@@ -295,3 +295,35 @@ fn user_category_rules_come_first() {
     ]);
     assert_one_error_line(&o, "rule 1 `op`");
 }
+
+#[test]
+fn the_oldest_layout_a_bare_list_of_segments_gives_the_end_state() {
+    let dir = tempfile::tempdir().unwrap();
+    // pickle.dumps([{'device': 0, 'address': 4096, 'total_size': 2097152, 'stream': 0,
+    //   'segment_type': 'small', 'blocks': [{'size': 1024, 'state': 'active_allocated',
+    //   'history': [{'addr': 4096, 'real_size': 1000}]},
+    //   {'size': 2096128, 'state': 'inactive'}]}], protocol=2)
+    let bare = b"\x80\x02]q\x00}q\x01(X\x06\x00\x00\x00deviceq\x02K\x00X\x07\x00\x00\x00addressq\x03M\x00\x10X\n\x00\x00\x00total_sizeq\x04J\x00\x00 \x00X\x06\x00\x00\x00streamq\x05K\x00X\x0c\x00\x00\x00segment_typeq\x06X\x05\x00\x00\x00smallq\x07X\x06\x00\x00\x00blocksq\x08]q\t(}q\n(X\x04\x00\x00\x00sizeq\x0bM\x00\x04X\x05\x00\x00\x00stateq\x0cX\x10\x00\x00\x00active_allocatedq\rX\x07\x00\x00\x00historyq\x0e]q\x0f}q\x10(X\x04\x00\x00\x00addrq\x11M\x00\x10X\t\x00\x00\x00real_sizeq\x12M\xe8\x03uau}q\x13(h\x0bJ\x00\xfc\x1f\x00h\x0cX\x08\x00\x00\x00inactiveq\x14ueua.";
+    let p = write(dir.path(), "old.pickle", bare);
+    let plots = dir.path().join("plots");
+    let o = analyze(&[
+        "memory",
+        "--png",
+        "--plot",
+        plots.to_str().unwrap(),
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("no allocator trace"), "{out}");
+    assert!(plots.join("old.timeline.png").exists());
+    let o = analyze(&["memory", "--format", "json", p.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The one live block: 1024 bytes allocated (1000 requested), one 2 MiB segment reserved.
+    assert_eq!(v["format"]["layout"], "segments list");
+    assert_eq!(v["trace_entries"], 0);
+    assert_eq!(v["peak_allocated_bytes"], 1024);
+    assert_eq!(v["peak_reserved_bytes"], 2_097_152);
+    assert_eq!(v["top_allocations"][0]["requested_size"], 1000);
+    assert!(v["peak_time_us"].is_null());
+}

@@ -440,7 +440,7 @@ impl<'a> Classifier<'a> {
         let all = self.frames.stack(stack);
         let phase = self.phase(stack);
         let found = self.rules.rules.iter().enumerate().position(|(ri, rule)| {
-            rule.phase.is_none_or_eq(phase)
+            (rule.phase.is_none() || rule.phase == phase)
                 && (rule.frame.is_none() || scope.iter().any(|&f| self.frame_hits[ri][f as usize]))
                 && (rule.op.is_none() || all.iter().any(|&f| self.op_hits[ri][f as usize]))
         });
@@ -466,19 +466,6 @@ impl<'a> Classifier<'a> {
             .stack(stack)
             .iter()
             .filter_map(|&f| self.facts[f as usize].op.as_deref())
-    }
-}
-
-trait PhaseCondition {
-    fn is_none_or_eq(&self, phase: Option<Phase>) -> bool;
-}
-
-impl PhaseCondition for Option<Phase> {
-    fn is_none_or_eq(&self, phase: Option<Phase>) -> bool {
-        match self {
-            None => true,
-            Some(p) => phase == Some(*p),
-        }
     }
 }
 

@@ -227,9 +227,12 @@ pub struct Analysis {
 /// Analyse one snapshot.
 pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis {
     let devices = snap.devices();
-    let device = opts.device.unwrap_or_else(|| {
+    let device = match (opts.device, devices.as_slice()) {
+        (Some(d), _) => d,
+        (None, []) => 0,
+        (None, [d]) => *d,
         // The device with the highest peak, so a stray allocation on another GPU does not win.
-        devices
+        (None, many) => many
             .iter()
             .copied()
             .max_by_key(|&d| {
@@ -237,8 +240,8 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
                 tl.peak_allocated()
                     .map_or(tl.end_allocated, |p| p.allocated)
             })
-            .unwrap_or(0)
-    });
+            .unwrap_or(0),
+    };
     let timeline = replay(snap, device);
     let trace = snap.trace(device);
     let phase_of = stack_phases(&snap.frames);
@@ -657,7 +660,80 @@ pub fn precision_table(reports: &[MemoryReport], pairs: &[(usize, usize)]) -> Ta
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Action, Block, Segment, StackId, TraceEntry};
     use super::*;
+
+    fn segment(device: i64, address: u64, size: u64, live: u64) -> Segment {
+        Segment {
+            device,
+            address,
+            total_size: size,
+            stream: 0,
+            kind: SegmentKind::Large,
+            is_expandable: false,
+            blocks: vec![
+                Block {
+                    address,
+                    size: live,
+                    requested_size: live,
+                    state: BlockState::ActiveAllocated,
+                    stack: StackId::EMPTY,
+                },
+                Block {
+                    address: address + live,
+                    size: size - live,
+                    requested_size: 0,
+                    state: BlockState::Inactive,
+                    stack: StackId::EMPTY,
+                },
+            ],
+        }
+    }
+
+    fn alloc_free(addr: u64, size: u64) -> Vec<TraceEntry> {
+        [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
+            .into_iter()
+            .enumerate()
+            .map(|(i, action)| TraceEntry {
+                action,
+                addr,
+                size,
+                stream: 0,
+                time_us: Some(1000 + i as i64),
+                stack: StackId::EMPTY,
+                compile_context: None,
+                user_metadata: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_device_with_the_highest_peak_is_reported() {
+        let mib = 1u64 << 20;
+        let snap = Snapshot {
+            segments: vec![
+                segment(0, 1 << 32, 20 * mib, 2 * mib),
+                segment(1, 1 << 40, 40 * mib, 2 * mib),
+            ],
+            traces: vec![
+                alloc_free((1 << 32) + 2 * mib, mib),
+                alloc_free((1 << 40) + 2 * mib, 30 * mib),
+            ],
+            ..Snapshot::default()
+        };
+        let r = analyze(&snap, &Rules::builtin(), &MemoryOptions::default()).report;
+        assert_eq!(r.devices, vec![0, 1]);
+        assert_eq!(r.device, 1);
+        assert_eq!(r.peak_allocated_bytes, 32 * mib);
+        assert_eq!(r.peak_time_us, Some(0.0));
+        let opts = MemoryOptions {
+            device: Some(0),
+            ..MemoryOptions::default()
+        };
+        let r = analyze(&snap, &Rules::builtin(), &opts).report;
+        assert_eq!(r.peak_allocated_bytes, 3 * mib);
+        assert_eq!(r.stats.reserved_bytes, 20 * mib);
+    }
 
     #[test]
     fn run_names_are_read_from_file_names() {

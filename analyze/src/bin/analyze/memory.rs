@@ -35,10 +35,10 @@ attention scores, softmax, FFN, norm, embedding, logits & loss, autocast copies,
 --categories FILE adds rules, tried first, in TOML:
 
     [[rule]]
-    category = \"rope\"             # an existing or a new category
+    category = \"rope\"              # an existing or a new category
     frame = 'model\\.py:14[78] '    # regex over one frame: \"file:line name\"
     op = \"^(mul_Tensor|cat)$\"      # regex over ATen operators on the stack
-    phase = \"forward\"             # forward, backward or optimizer
+    phase = \"forward\"              # forward, backward or optimizer
 
 or JSON ({\"rule\": [{...}]} or a bare list).
 
@@ -52,7 +52,7 @@ formats (and write into the current folder when --plot is not given).
 peak_time_us, top_allocations [{size, frame, category, ...}], ...).";
 
 #[derive(clap::Args)]
-#[command(long_about = LONG_ABOUT)]
+#[command(after_long_help = LONG_ABOUT)]
 pub struct Args {
     /// Memory snapshot pickles (.pickle or .pickle.gz).
     #[arg(required = true, value_name = "FILES")]
