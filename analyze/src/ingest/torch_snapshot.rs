@@ -224,6 +224,16 @@ impl<'a> Converter<'a> {
         }
     }
 
+    /// Check that `v` is a dict and charge its size: every field lookup scans it, so a hostile
+    /// pickle that shares one enormous dict among many entries runs out of budget instead of time.
+    fn dict(&mut self, v: Value, what: What) -> Result<()> {
+        let p = self.p;
+        match p.dict(v) {
+            Some(d) => self.spend(d.len()),
+            None => Err(self.err(format!("{what} is {}, expected a dict", p.describe(v)))),
+        }
+    }
+
     fn opt_str(&self, dict: Value, key: &str) -> Option<&'a str> {
         let p = self.p;
         p.get(dict, key).and_then(|v| p.str(v))
@@ -304,9 +314,7 @@ impl<'a> Converter<'a> {
     fn segment(&mut self, s: Value, i: usize) -> Result<Segment> {
         let p = self.p;
         let what = What::Segment(i);
-        if p.dict(s).is_none() {
-            return Err(self.err(format!("{what} is {}, expected a dict", p.describe(s))));
-        }
+        self.dict(s, what)?;
         let address = self.req_uint(s, "address", what)?;
         let total_size = self.req_uint(s, "total_size", what)?;
         let device = self.int_or(s, "device", what, 0)?;
@@ -342,9 +350,7 @@ impl<'a> Converter<'a> {
 
     fn block(&mut self, b: Value, default_address: u64, what: What) -> Result<Block> {
         let p = self.p;
-        if p.dict(b).is_none() {
-            return Err(self.err(format!("{what} is {}, expected a dict", p.describe(b))));
-        }
+        self.dict(b, what)?;
         let size = self.req_uint(b, "size", what)?;
         let address = match p.get(b, "address") {
             Some(a) => self.uint(a, what, "address")?,
@@ -405,9 +411,7 @@ impl<'a> Converter<'a> {
 
     fn entry(&mut self, e: Value, what: What) -> Result<TraceEntry> {
         let p = self.p;
-        if p.dict(e).is_none() {
-            return Err(self.err(format!("{what} is {}, expected a dict", p.describe(e))));
-        }
+        self.dict(e, what)?;
         let Some(action_v) = p.get(e, "action") else {
             return Err(self.err(format!("{what} has no `action`")));
         };
@@ -529,6 +533,7 @@ impl<'a> Converter<'a> {
         {
             return Ok(f);
         }
+        self.spend(p.dict(v).map_or(0, <[_]>::len))?;
         let name = self.opt_str(v, "name").unwrap_or("??").to_owned();
         let filename = self.opt_str(v, "filename").unwrap_or("??").to_owned();
         let line = self.int_or(v, "line", what, 0)?;
@@ -669,6 +674,28 @@ mod tests {
         );
         let e = load_bytes(b"\x80\x04K\x03.").unwrap_err().to_string();
         assert!(e.contains("holds an int"), "{e}");
+    }
+
+    #[test]
+    fn one_huge_dict_shared_by_many_entries_exhausts_the_budget() {
+        // {'segments': [], 'device_traces': [[D, D, ...]]} with D a 5,000-key dict referenced
+        // 20,000 times through the memo: 85 kB of pickle, 10^8 key comparisons if walked.
+        let mut d = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces](](".to_vec();
+        d.extend_from_slice(b"}\x94(\x8c\x06action\x8c\x05alloc\x8c\x04sizeK\x01");
+        for i in 0..5000 {
+            let k = format!("k{i}");
+            d.push(0x8c);
+            d.push(k.len() as u8);
+            d.extend_from_slice(k.as_bytes());
+            d.extend_from_slice(b"K\x00");
+        }
+        d.push(b'u');
+        for _ in 0..20_000 {
+            d.extend_from_slice(b"h\x00");
+        }
+        d.extend_from_slice(b"eeu.");
+        let e = load_bytes(&d).unwrap_err().to_string();
+        assert!(e.contains("too many times"), "{e}");
     }
 
     #[test]

@@ -172,6 +172,15 @@ pub fn segment_stats(snap: &Snapshot, device: i64) -> SegmentStats {
     s
 }
 
+/// Bytes live at the peak on one CUDA stream.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StreamShare {
+    /// The stream as PyTorch records it (a `cudaStream_t` value; 0 is the default stream).
+    pub stream: u64,
+    pub bytes: u64,
+    pub count: usize,
+}
+
 /// Consistency counters of the replay (all zero on a healthy snapshot).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ReplayChecks {
@@ -208,6 +217,8 @@ pub struct MemoryReport {
     pub end_reserved_bytes: u64,
     pub top_allocations: Vec<TopAllocation>,
     pub categories_at_peak: Vec<CategoryShare>,
+    /// Live bytes per stream at the peak, largest first.
+    pub streams_at_peak: Vec<StreamShare>,
     pub phases: Vec<PhaseTimes>,
     pub stats: SegmentStats,
     pub oom_events: usize,
@@ -287,6 +298,25 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
         .filter(|(a, _)| a.live_after(peak_entry))
         .map(|(a, c)| (a.size, c.as_str()))
         .collect();
+    let mut streams: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    for a in timeline
+        .allocations
+        .iter()
+        .filter(|a| a.live_after(peak_entry))
+    {
+        let e = streams.entry(a.stream).or_default();
+        e.0 = e.0.saturating_add(a.size);
+        e.1 += 1;
+    }
+    let mut streams_at_peak: Vec<StreamShare> = streams
+        .into_iter()
+        .map(|(stream, (bytes, count))| StreamShare {
+            stream,
+            bytes,
+            count,
+        })
+        .collect();
+    streams_at_peak.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     let final_allocated = timeline
         .points
         .last()
@@ -317,6 +347,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
             opts.top,
         ),
         categories_at_peak: breakdown(at_peak),
+        streams_at_peak,
         phases: spans
             .iter()
             .map(|s| PhaseTimes {
@@ -482,25 +513,42 @@ pub fn report_document(r: &MemoryReport) -> Document {
         ]);
     }
 
+    let mut sections = vec![
+        Section {
+            title: Some(format!("Peak memory: {}", r.label)),
+            table: head,
+            notes,
+        },
+        Section {
+            title: Some("Largest allocations live at the peak".into()),
+            table: top,
+            notes: Vec::new(),
+        },
+        Section {
+            title: Some("Categories at the peak".into()),
+            table: cats,
+            notes: Vec::new(),
+        },
+    ];
+    if r.streams_at_peak.len() > 1 {
+        let mut t = Table::new(["stream", "MiB", "bytes", "count"]);
+        for s in &r.streams_at_peak {
+            t.push(vec![
+                Cell::text(format!("0x{:x}", s.stream)),
+                mib_cell(s.bytes),
+                Cell::Int(s.bytes as i64),
+                Cell::Int(s.count as i64),
+            ]);
+        }
+        sections.push(Section {
+            title: Some("Streams at the peak".into()),
+            table: t,
+            notes: Vec::new(),
+        });
+    }
+    sections.push(stats_section(&r.label, &r.stats));
     Document {
-        sections: vec![
-            Section {
-                title: Some(format!("Peak memory: {}", r.label)),
-                table: head,
-                notes,
-            },
-            Section {
-                title: Some("Largest allocations live at the peak".into()),
-                table: top,
-                notes: Vec::new(),
-            },
-            Section {
-                title: Some("Categories at the peak".into()),
-                table: cats,
-                notes: Vec::new(),
-            },
-            stats_section(&r.label, &r.stats),
-        ],
+        sections,
         json: None,
     }
 }
