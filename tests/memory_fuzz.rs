@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 
 use analyze::ingest::torch_snapshot;
 use analyze::memory::categories::Rules;
-use analyze::memory::summary::{analyze, report_document, MemoryOptions};
+use analyze::memory::summary::{analyze, MemoryOptions};
+use analyze::memory::tables::report_document;
 use analyze::render::{render_to_string, Format};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -1,5 +1,5 @@
 //! PyTorch CUDA memory snapshots: the pickles `torch.cuda.memory._dump_snapshot` writes (plain
-//! or gzip-compressed), read with the plain-data [`pickle`](super::pickle) reader into a
+//! or gzip-compressed), read with the plain-data [`super::pickle`] reader into a
 //! [`Snapshot`].
 //!
 //! Layouts met so far:

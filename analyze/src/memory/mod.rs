@@ -10,16 +10,19 @@
 //! - [`timeline`] replays the trace into allocated and reserved bytes over time, counted as the
 //!   caching allocator counts them, including what was allocated before recording began;
 //! - [`phases`] finds forward, backward and optimizer spans from the frames;
-//! - [`categories`] sorts allocations into kinds (parameters, gradients, activations…) by rules;
+//! - [`categories`] sorts allocations into kinds (parameters, gradients, activations…) by rules,
+//!   and [`inference`] adds what the trace's lifetimes and sizes tell;
 //! - [`peak`] reports the peak and the allocations live at it;
-//! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]) and builds the tables;
+//! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]), [`tables`] shows them;
 //! - [`charts`] draws the timeline and the category bar through [`crate::plot`].
 
 pub mod categories;
 pub mod charts;
+pub mod inference;
 pub mod peak;
 pub mod phases;
 pub mod summary;
+pub mod tables;
 pub mod timeline;
 
 use serde::Serialize;

@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use analyze::memory::categories::{breakdown, Rules};
 use analyze::memory::charts::{categories_chart, timeline_chart};
 use analyze::memory::mib;
-use analyze::memory::summary::{
-    analyze, peak_table, precision_pairs, precision_table, report_document, Analysis,
-    MemoryOptions, MemoryReport,
-};
+use analyze::memory::summary::{analyze, Analysis, MemoryOptions, MemoryReport};
+use analyze::memory::tables::{peak_table, precision_pairs, precision_table, report_document};
 use analyze::plot::{write_chart, ImageFormat};
 use analyze::render::{self, Cell, Document, Format, Section, Table};
 use anyhow::bail;
