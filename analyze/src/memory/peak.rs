@@ -37,9 +37,9 @@ pub fn top_frame(frames: &Frames, stack: StackId, before_recording: bool) -> Str
     let s = frames.stack(stack);
     if s.is_empty() {
         return if before_recording {
-            "<allocated before recording>".to_owned()
+            "(allocated before recording)".to_owned()
         } else {
-            "<no stack recorded>".to_owned()
+            "(no stack recorded)".to_owned()
         };
     }
     let frame = |i: &u32| frames.frame(*i);
@@ -65,7 +65,7 @@ pub fn top_frame(frames: &Frames, stack: StackId, before_recording: bool) -> Str
     s.iter()
         .map(frame)
         .find(|f| !is_allocator_internal(&f.name))
-        .map_or_else(|| "<allocator>".to_owned(), |f| f.name.clone())
+        .map_or_else(|| "(allocator)".to_owned(), |f| f.name.clone())
 }
 
 /// The outermost ATen operator before any Python frame: the one user code called.
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(top_frame(&f, bwd, false), "MulBackward0 (aten::mul_Tensor)");
         assert_eq!(
             top_frame(&f, StackId::EMPTY, true),
-            "<allocated before recording>"
+            "(allocated before recording)"
         );
     }
 }
