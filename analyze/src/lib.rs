@@ -14,6 +14,7 @@ pub mod kernel_name;
 pub mod memory;
 pub mod model;
 pub mod phases;
+pub mod plot;
 pub mod profile;
 pub mod render;
 pub mod stats;

@@ -337,6 +337,10 @@ pub struct Trace {
     pub api_calls: Vec<ApiCall>,
     /// Sorted by start time.
     pub ranges: Vec<Range>,
+    /// NVTX ranges still open when the capture ended, sorted by start. Their `end` is the last
+    /// range timestamp of the capture, where `nsys stats` ends them; only analyses that follow
+    /// nsys in counting them (the `stats` reports) read this.
+    pub open_ranges: Vec<Range>,
     pub marks: Vec<Mark>,
     /// Sorted by start time.
     pub mem_ops: Vec<MemOp>,
@@ -353,6 +357,7 @@ impl Trace {
             kernels: Vec::new(),
             api_calls: Vec::new(),
             ranges: Vec::new(),
+            open_ranges: Vec::new(),
             marks: Vec::new(),
             mem_ops: Vec::new(),
             gpus: Vec::new(),
@@ -376,6 +381,7 @@ impl Trace {
         self.kernels.sort_by_key(|k| k.start);
         self.api_calls.sort_by_key(|c| c.start);
         self.ranges.sort_by_key(|r| r.start);
+        self.open_ranges.sort_by_key(|r| r.start);
         self.marks.sort_by_key(|m| m.time);
         self.mem_ops.sort_by_key(|m| m.start);
     }

@@ -51,15 +51,44 @@ impl Cell {
     }
 }
 
-/// `v` with `decimals` digits after the point, rounded half away from zero as Python's
-/// `'{:.1f}'` does for the values nsys prints (and never `-0.0`).
+/// `v` with `decimals` digits after the point, and never `-0.0`. Rounding is to the nearest
+/// printed value; an exact tie (`2.25` to one decimal) goes away from zero, as SQLite's `round()`
+/// does for the values `nsys stats` prints (Rust's own formatting would give `2.2`).
 pub fn format_fixed(v: f64, decimals: usize) -> String {
+    let v = if is_exact_tie(v, decimals) {
+        // One ulp further from zero, so the tie resolves away from zero.
+        f64::from_bits(v.to_bits() + 1)
+    } else {
+        v
+    };
     let s = format!("{v:.decimals$}");
     if s.starts_with('-') && s[1..].chars().all(|c| c == '0' || c == '.') {
         s[1..].to_owned()
     } else {
         s
     }
+}
+
+/// Whether `v` lies exactly halfway between two numbers with `decimals` decimals, that is whether
+/// `2 * 10^decimals * v` is an odd integer. Decided on the exact binary value, without rounding.
+fn is_exact_tie(v: f64, decimals: usize) -> bool {
+    if !v.is_finite() || v == 0.0 || decimals > 20 {
+        return false;
+    }
+    let bits = v.abs().to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1u64 << 52) - 1);
+    // |v| = mantissa * 2^e exactly.
+    let (mantissa, e) = if exponent == 0 {
+        (fraction, -1074)
+    } else {
+        (fraction | (1u64 << 52), exponent - 1075)
+    };
+    // 2 * 10^d * |v| = mantissa * 5^d * 2^(e + 1 + d): an odd integer iff the power of two is
+    // cancelled exactly by the trailing zero bits of mantissa * 5^d.
+    let scaled = mantissa as u128 * 5u128.pow(decimals as u32);
+    let shift = e + 1 + decimals as i32;
+    shift <= 0 && scaled.trailing_zeros() as i32 == -shift
 }
 
 /// Rows under named columns.
@@ -408,6 +437,20 @@ mod tests {
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(lines[2].starts_with("       10882460"));
+    }
+
+    #[test]
+    fn exact_ties_round_away_from_zero() {
+        // Averages from the nsys stats CSVs: 6072417 ns / 4 calls, 123711 ns / 4 kernels.
+        assert_eq!(format_fixed(1518104.25, 1), "1518104.3");
+        assert_eq!(format_fixed(30927.75, 1), "30927.8");
+        assert_eq!(format_fixed(-2.25, 1), "-2.3");
+        assert_eq!(format_fixed(0.125, 2), "0.13");
+        // Not exact ties: the binary value decides.
+        assert_eq!(format_fixed(0.15, 1), "0.1");
+        assert_eq!(format_fixed(0.35, 1), "0.3");
+        assert_eq!(format_fixed(2.5, 0), "3");
+        assert_eq!(format_fixed(37268.65, 1), "37268.7");
     }
 
     #[test]

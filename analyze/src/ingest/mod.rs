@@ -6,6 +6,7 @@
 pub mod kineto;
 pub mod nsys_rep;
 pub mod nsys_sqlite;
+pub mod pickle;
 pub mod torch_snapshot;
 
 use std::fs::File;

@@ -5,8 +5,14 @@
 //! is optional: a capture without CUDA tracing has no kernel table, one without NVTX has no
 //! `NVTX_EVENTS`, and columns come and go between versions (`mangledName`, `greenContextId`), so
 //! columns are looked up by name. NVTX text is either inline (`text`) or interned (`textId` into
-//! `StringIds`); both occur in one file. `collect`'s own traces use this schema plus a
-//! `RUN_METADATA (name, value)` table.
+//! `StringIds`); both occur in one file, and where a row has both the interned one wins, as in
+//! nsys's reports. Domain names come from the domain-create events of the same process. A range
+//! still open when the capture ended (no `end`) goes to [`Trace::open_ranges`], ending at the
+//! export's last range timestamp, the end nsys's reports give it. `collect`'s own traces use this
+//! schema plus a `RUN_METADATA (name, value)` table.
+//!
+//! Rows are first read as they are stored (string ids unresolved) and then turned into the model
+//! in one pass; the kernel table, the largest, is read on a second connection in parallel.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -61,17 +67,23 @@ pub fn open(path: &Path) -> Result<Connection> {
 }
 
 fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
-    Error::Sqlite {
-        path: path.to_owned(),
-        source,
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    match source.sqlite_error_code() {
+        // Say what it means for the user's file: damaged, usually cut short.
+        Some(DatabaseCorrupt | NotADatabase) => Error::Malformed {
+            path: path.to_owned(),
+            message: format!("the SQLite file is damaged or truncated ({source})"),
+        },
+        _ => Error::Sqlite {
+            path: path.to_owned(),
+            source,
+        },
     }
 }
 
 /// Load an export into a [`Trace`].
 pub fn load(path: &Path) -> Result<Trace> {
-    let conn = open(path)?;
-    let mut reader = Reader::new(path, &conn)?;
-    reader.read()
+    load_from(path, path)
 }
 
 /// Load a gzip-compressed export: it is unpacked into a temporary file (SQLite needs a file),
@@ -79,20 +91,13 @@ pub fn load(path: &Path) -> Result<Trace> {
 pub fn load_gz(path: &Path) -> Result<Trace> {
     let mut input = crate::ingest::open_maybe_gzip(path)?;
     let tmp = TempFile::new()?;
-    let mut out = std::fs::File::create(&tmp.0).map_err(|source| Error::Io {
-        path: tmp.0.clone(),
-        source,
-    })?;
+    let mut out = tmp.create()?;
     std::io::copy(&mut input, &mut out).map_err(|e| Error::Malformed {
         path: path.to_owned(),
         message: format!("gzip data could not be decompressed: {e}"),
     })?;
     drop(out);
-    let conn = open(&tmp.0)?;
-    let mut reader = Reader::new(path, &conn)?;
-    let mut trace = reader.read()?;
-    trace.source.path = path.to_owned();
-    Ok(trace)
+    load_from(&tmp.0, path)
 }
 
 /// A file in the temporary directory, removed on drop.
@@ -109,6 +114,18 @@ impl TempFile {
         );
         Ok(TempFile(std::env::temp_dir().join(name)))
     }
+
+    /// Create the file; never an existing one (nor through a planted link).
+    fn create(&self) -> Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&self.0)
+            .map_err(|source| Error::Io {
+                path: self.0.clone(),
+                source,
+            })
+    }
 }
 
 impl Drop for TempFile {
@@ -117,457 +134,432 @@ impl Drop for TempFile {
     }
 }
 
-struct Reader<'a> {
-    path: &'a Path,
-    conn: &'a Connection,
-    tables: HashSet<String>,
-    /// `StringIds` as read from the file.
-    string_ids: HashMap<i64, String>,
-    /// nsys string id -> our interned id.
-    mapped: HashMap<i64, StrId>,
-    strings: Strings,
-}
-
-impl<'a> Reader<'a> {
-    fn new(path: &'a Path, conn: &'a Connection) -> Result<Reader<'a>> {
-        let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .map_err(|e| sqlite_err(path, e))?;
-        let tables: HashSet<String> = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .and_then(|rows| rows.collect())
-            .map_err(|e| sqlite_err(path, e))?;
-        if !NSYS_TABLES.iter().any(|t| tables.contains(*t)) {
-            let mut found_tables: Vec<String> = tables.into_iter().collect();
-            found_tables.sort();
-            return Err(Error::NotAnNsysExport {
-                path: path.to_owned(),
-                found_tables,
-            });
-        }
-        Ok(Reader {
-            path,
-            conn,
-            tables,
-            string_ids: HashMap::new(),
-            mapped: HashMap::new(),
-            strings: Strings::default(),
-        })
+/// Read the export stored at `db`; errors name `shown`, the file the user gave.
+fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
+    let err = |e: rusqlite::Error| sqlite_err(shown, e);
+    // Errors about a temporary copy name the file the user gave.
+    let conn = open(db).map_err(|e| match e {
+        Error::Sqlite { source, .. } => sqlite_err(shown, source),
+        Error::Malformed { message, .. } => Error::Malformed {
+            path: shown.to_owned(),
+            message,
+        },
+        other => other,
+    })?;
+    let schema = Schema::read(&conn).map_err(err)?;
+    if !NSYS_TABLES.iter().any(|t| schema.has(t)) {
+        let mut found_tables: Vec<String> = schema.tables.iter().cloned().collect();
+        found_tables.sort();
+        return Err(Error::NotAnNsysExport {
+            path: shown.to_owned(),
+            found_tables,
+        });
     }
 
-    fn err(&self, e: rusqlite::Error) -> Error {
-        sqlite_err(self.path, e)
+    // The kernel table is read on its own connection while this one reads the rest.
+    let (kernels, rest) = std::thread::scope(|s| {
+        let kernels = s.spawn(|| -> rusqlite::Result<RawKernels> {
+            if !schema.has("CUPTI_ACTIVITY_KIND_KERNEL") {
+                return Ok(RawKernels::default());
+            }
+            let conn = Connection::open_with_flags(
+                db,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            read_kernels(&conn, &schema)
+        });
+        let rest = read_rest(&conn, &schema);
+        (kernels.join(), rest)
+    });
+    let kernels = kernels
+        .map_err(|_| Error::Malformed {
+            path: shown.to_owned(),
+            message: "the kernel table could not be read (reader thread failed)".into(),
+        })?
+        .map_err(err)?;
+    let rest = rest.map_err(err)?;
+    Ok(build(shown, &schema, kernels, rest))
+}
+
+/// The export's table names and, for tables whose columns vary between versions, their columns.
+struct Schema {
+    tables: HashSet<String>,
+    columns: HashMap<&'static str, HashSet<String>>,
+}
+
+impl Schema {
+    fn read(conn: &Connection) -> rusqlite::Result<Schema> {
+        let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+        let tables: HashSet<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut columns = HashMap::new();
+        for t in [
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "NVTX_EVENTS",
+            "TARGET_INFO_GPU",
+        ] {
+            if tables.contains(t) {
+                let mut stmt = conn.prepare(&format!("PRAGMA table_info(\"{t}\")"))?;
+                let cols = stmt
+                    .query_map([], |r| r.get::<_, String>(1))?
+                    .collect::<rusqlite::Result<_>>()?;
+                columns.insert(t, cols);
+            }
+        }
+        Ok(Schema { tables, columns })
     }
 
     fn has(&self, table: &str) -> bool {
         self.tables.contains(table)
     }
 
-    fn columns(&self, table: &str) -> Result<HashSet<String>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("PRAGMA table_info(\"{table}\")"))
-            .map_err(|e| self.err(e))?;
-        let cols = stmt
-            .query_map([], |r| r.get::<_, String>(1))
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.err(e))?;
-        Ok(cols)
-    }
-
-    /// Intern the string an nsys string id points at.
-    fn string_id(&mut self, id: i64) -> StrId {
-        if let Some(&s) = self.mapped.get(&id) {
-            return s;
-        }
-        let s = match self.string_ids.get(&id) {
-            Some(v) => self.strings.intern(v),
-            None => self.strings.intern(&format!("<unknown string {id}>")),
-        };
-        self.mapped.insert(id, s);
-        s
-    }
-
-    /// A name column that holds either a `StringIds` id or inline text.
-    fn name_value(&mut self, v: ValueRef<'_>) -> Option<StrId> {
-        match v {
-            ValueRef::Integer(id) => Some(self.string_id(id)),
-            ValueRef::Text(t) => Some(self.strings.intern(&String::from_utf8_lossy(t))),
-            _ => None,
-        }
-    }
-
-    fn read(&mut self) -> Result<Trace> {
-        if self.has("StringIds") {
-            let mut stmt = self
-                .conn
-                .prepare("SELECT id, value FROM StringIds")
-                .map_err(|e| sqlite_err(self.path, e))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
-                })
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| sqlite_err(self.path, e))?;
-            self.string_ids = rows
-                .into_iter()
-                .map(|(id, v)| (id, v.unwrap_or_default()))
-                .collect();
-        }
-        let metadata = self.metadata()?;
-        let run = self.key_values("RUN_METADATA")?;
-        let missing = ANALYSED_TABLES
-            .iter()
-            .filter(|t| !self.has(t))
-            .map(|t| t.to_string())
-            .collect();
-        let source = Source {
-            path: self.path.to_owned(),
-            format: SourceFormat::NsysSqlite,
-            schema_version: metadata.get("EXPORT_SCHEMA_VERSION").cloned(),
-            product_version: metadata.get("EXPORT_PRODUCT_VERSION").cloned(),
-            metadata,
-            run,
-            missing,
-        };
-        let mut trace = Trace::empty(source);
-        trace.kernels = self.kernels()?;
-        trace.api_calls = self.api_calls()?;
-        let (ranges, marks) = self.nvtx()?;
-        trace.ranges = ranges;
-        trace.marks = marks;
-        trace.mem_ops = self.mem_ops()?;
-        trace.gpus = self.gpus()?;
-        trace.thread_names = self.thread_names()?;
-        trace.strings = std::mem::take(&mut self.strings);
-        trace.sort();
-        Ok(trace)
-    }
-
-    fn key_values(&self, table: &str) -> Result<BTreeMap<String, String>> {
-        if !self.has(table) {
-            return Ok(BTreeMap::new());
-        }
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT name, value FROM \"{table}\""))
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, value_to_string(r.get_ref(1)?)))
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.err(e))?;
-        Ok(rows)
-    }
-
-    fn metadata(&self) -> Result<BTreeMap<String, String>> {
-        if self.has("META_DATA_EXPORT") {
-            self.key_values("META_DATA_EXPORT")
+    /// `column` if `table` has it, else `NULL`, for a SELECT list.
+    fn opt(&self, table: &str, column: &str) -> String {
+        if self.columns.get(table).is_some_and(|c| c.contains(column)) {
+            column.to_owned()
         } else {
-            self.key_values("EXPORT_META_DATA")
+            "NULL".to_owned()
         }
     }
 
-    fn kernels(&mut self) -> Result<Vec<Kernel>> {
-        const T: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
-        if !self.has(T) {
-            return Ok(Vec::new());
-        }
-        let cols = self.columns(T)?;
-        let opt = |c: &str| {
-            if cols.contains(c) {
-                c.to_owned()
-            } else {
-                "NULL".to_owned()
-            }
-        };
-        let sql = format!(
-            "SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, \
-             shortName, {}, gridX, gridY, gridZ, blockX, blockY, blockZ, {}, {}, {} FROM {T}",
-            opt("mangledName"),
-            opt("registersPerThread"),
-            opt("staticSharedMemory"),
-            opt("dynamicSharedMemory"),
-        );
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let names =
-                (|| -> rusqlite::Result<_> { Ok((r.get_ref(6)?, r.get_ref(7)?, r.get_ref(8)?)) })()
-                    .map_err(|e| self.err(e))?;
-            let name = self.name_value(names.0);
-            let short = self.name_value(names.1);
-            let mangled = self.name_value(names.2);
-            let k = (|| -> rusqlite::Result<Kernel> {
-                let name = name.unwrap_or_else(|| self.strings.intern("<unnamed kernel>"));
-                Ok(Kernel {
-                    start: Nanos(r.get(0)?),
-                    end: Nanos(r.get(1)?),
-                    device: int(r, 2)? as u32,
-                    stream: int(r, 3)? as u32,
-                    correlation_id: int(r, 4)? as u64,
-                    pid: split_global_tid(int(r, 5)?).0,
-                    name,
-                    short_name: short.unwrap_or(name),
-                    mangled_name: mangled,
-                    grid: [int(r, 9)? as u32, int(r, 10)? as u32, int(r, 11)? as u32],
-                    block: [int(r, 12)? as u32, int(r, 13)? as u32, int(r, 14)? as u32],
-                    registers_per_thread: int(r, 15)? as u32,
-                    static_shared_memory: int(r, 16)? as u32,
-                    dynamic_shared_memory: int(r, 17)? as u32,
-                })
-            })()
-            .map_err(|e| self.err(e))?;
-            out.push(k);
-        }
-        Ok(out)
-    }
-
-    fn api_calls(&mut self) -> Result<Vec<ApiCall>> {
-        let mut out = Vec::new();
-        for table in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
-            if !self.has(table) {
-                continue;
-            }
-            let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM {table}");
-            let conn = self.conn;
-            let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-                let (start, end, gtid, corr, name_id) = (|| -> rusqlite::Result<_> {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        int(r, 2)?,
-                        int(r, 3)?,
-                        int(r, 4)?,
-                    ))
-                })()
-                .map_err(|e| self.err(e))?;
-                let name = self.string_id(name_id);
-                let kind = if self.strings.get(name).starts_with("cuda") {
-                    ApiKind::Runtime
-                } else {
-                    ApiKind::Driver
-                };
-                let (pid, tid) = split_global_tid(gtid);
-                out.push(ApiCall {
-                    start: Nanos(start),
-                    end: Nanos(end),
-                    pid,
-                    tid,
-                    correlation_id: corr as u64,
-                    name,
-                    kind,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    fn nvtx(&mut self) -> Result<(Vec<Range>, Vec<Mark>)> {
-        const T: &str = "NVTX_EVENTS";
-        if !self.has(T) {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let cols = self.columns(T)?;
-        let opt = |c: &str| {
-            if cols.contains(c) {
-                c.to_owned()
-            } else {
-                "NULL".to_owned()
-            }
-        };
-        let sql = format!(
-            "SELECT start, end, eventType, text, {}, globalTid, {}, {} FROM {T} \
-             WHERE eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END}, {NVTXT_MARK}, \
-             {NVTXT_PUSH_POP}, {NVTXT_START_END}, {NVTX_DOMAIN_CREATE})",
-            opt("textId"),
-            opt("endGlobalTid"),
-            opt("domainId"),
-        );
-        let conn = self.conn;
-        let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        struct Raw {
-            start: i64,
-            end: Option<i64>,
-            event_type: i64,
-            text: Option<StrId>,
-            gtid: i64,
-            end_gtid: Option<i64>,
-            domain: i64,
-        }
-        let mut raw = Vec::new();
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let (text_v, text_id) =
-                (|| -> rusqlite::Result<_> { Ok((r.get_ref(3)?, r.get::<_, Option<i64>>(4)?)) })()
-                    .map_err(|e| self.err(e))?;
-            let text = match text_v {
-                ValueRef::Text(t) => Some(self.strings.intern(&String::from_utf8_lossy(t))),
-                _ => text_id.map(|id| self.string_id(id)),
-            };
-            let row = (|| -> rusqlite::Result<Raw> {
-                Ok(Raw {
-                    start: r.get(0)?,
-                    end: r.get(1)?,
-                    event_type: r.get(2)?,
-                    text,
-                    gtid: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
-                    end_gtid: r.get(6)?,
-                    domain: r.get::<_, Option<i64>>(7)?.unwrap_or(0),
-                })
-            })()
-            .map_err(|e| self.err(e))?;
-            raw.push(row);
-        }
-        let domains: HashMap<i64, StrId> = raw
+    /// The first of `names` that `table` has, else `NULL`.
+    fn pick(&self, table: &str, names: &[&str]) -> String {
+        names
             .iter()
-            .filter(|r| r.event_type == NVTX_DOMAIN_CREATE)
-            .filter_map(|r| Some((r.domain, r.text?)))
-            .collect();
-        let empty = self.strings.intern("");
-        let mut ranges = Vec::new();
-        let mut marks = Vec::new();
-        for r in raw {
-            let (pid, tid) = split_global_tid(r.gtid);
-            let name = r.text.unwrap_or(empty);
-            let domain = if r.domain == 0 {
+            .find(|n| self.columns.get(table).is_some_and(|c| c.contains(**n)))
+            .map_or("NULL".to_owned(), |n| n.to_string())
+    }
+}
+
+/// A name column: a `StringIds` id, inline text, or nothing.
+enum RawName {
+    Id(i64),
+    Text(String),
+    None,
+}
+
+impl RawName {
+    fn from(v: ValueRef<'_>) -> RawName {
+        match v {
+            ValueRef::Integer(id) => RawName::Id(id),
+            ValueRef::Text(t) => RawName::Text(String::from_utf8_lossy(t).into_owned()),
+            _ => RawName::None,
+        }
+    }
+}
+
+/// Kernels as read, their names still nsys string ids: each name field holds the id as a
+/// [`StrId`] until [`RawKernels::resolve`] maps it. Names that are not small ids (inline text,
+/// NULL, ids beyond `u32`) are kept aside in `odd`. Building the model's kernels directly, rather
+/// than a raw copy first, halves the memory the largest table needs while it is read.
+#[derive(Default)]
+struct RawKernels {
+    kernels: Vec<Kernel>,
+    /// (kernel index, field: 0 name, 1 short name, 2 mangled name, value).
+    odd: Vec<(usize, u8, RawName)>,
+}
+
+impl RawKernels {
+    /// The value to store in a name field now: a small id as a placeholder, or `None` with the
+    /// name set aside.
+    fn placeholder(&mut self, index: usize, field: u8, raw: RawName) -> Option<StrId> {
+        match raw {
+            RawName::Id(id) if (0..=u32::MAX as i64).contains(&id) => Some(StrId(id as u32)),
+            // A missing mangled name is the common case and needs nothing set aside.
+            RawName::None if field == 2 => None,
+            other => {
+                self.odd.push((index, field, other));
                 None
-            } else {
-                domains.get(&r.domain).copied()
-            };
-            let style = match r.event_type {
-                NVTX_PUSH_POP | NVTXT_PUSH_POP => RangeStyle::PushPop,
-                NVTX_START_END | NVTXT_START_END => RangeStyle::StartEnd,
-                NVTX_MARK | NVTXT_MARK => {
-                    marks.push(Mark {
-                        time: Nanos(r.start),
-                        name,
-                        domain,
-                        pid,
-                        tid,
-                    });
-                    continue;
-                }
-                _ => continue,
-            };
-            // A range still open when the capture ended has no end: nsys stats leaves it out.
-            let Some(end) = r.end else { continue };
-            ranges.push(Range {
-                start: Nanos(r.start),
-                end: Nanos(end),
-                style,
-                name,
-                domain,
-                pid,
-                tid,
-                end_tid: r.end_gtid.map(|g| split_global_tid(g).1),
-            });
-        }
-        Ok((ranges, marks))
-    }
-
-    fn mem_ops(&mut self) -> Result<Vec<MemOp>> {
-        let mut out = Vec::new();
-        for (table, kind_col) in [
-            ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
-            ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),
-        ] {
-            if !self.has(table) {
-                continue;
             }
-            let sql = format!(
-                "SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {kind_col} FROM {table}"
-            );
-            let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    let kind = match r.get::<_, Option<i64>>(7)? {
-                        None => MemOpKind::Memset,
-                        Some(k) => copy_kind(k),
-                    };
-                    Ok(MemOp {
-                        start: Nanos(r.get(0)?),
-                        end: Nanos(r.get(1)?),
-                        device: int(r, 2)? as u32,
-                        stream: int(r, 3)? as u32,
-                        correlation_id: int(r, 4)? as u64,
-                        pid: split_global_tid(int(r, 5)?).0,
-                        kind,
-                        bytes: Bytes(int(r, 6)? as u64),
-                    })
-                })
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| self.err(e))?;
-            out.extend(rows);
         }
-        Ok(out)
     }
 
-    fn gpus(&self) -> Result<Vec<Gpu>> {
-        const T: &str = "TARGET_INFO_GPU";
-        if !self.has(T) {
-            return Ok(Vec::new());
+    /// Map every name to the interned string.
+    fn resolve(self, names: &mut Names) -> Vec<Kernel> {
+        let mut kernels = self.kernels;
+        let mut odd = self.odd.into_iter().peekable();
+        for (i, k) in kernels.iter_mut().enumerate() {
+            let raw = [Some(k.name), Some(k.short_name), k.mangled_name];
+            let mut set_aside: [Option<Option<StrId>>; 3] = [None; 3];
+            while let Some((_, field, value)) = odd.next_if(|o| o.0 == i) {
+                set_aside[field as usize] = Some(names.name(&value));
+            }
+            let mut fields = [None; 3];
+            for f in 0..3 {
+                fields[f] = match set_aside[f] {
+                    Some(v) => v,
+                    None => raw[f].map(|id| names.id(id.0 as i64)),
+                };
+            }
+            let name = fields[0].unwrap_or_else(|| names.strings.intern("<unnamed kernel>"));
+            k.name = name;
+            k.short_name = fields[1].unwrap_or(name);
+            k.mangled_name = fields[2];
         }
-        let cols = self.columns(T)?;
-        let pick = |names: &[&str]| {
-            names
-                .iter()
-                .find(|n| cols.contains(**n))
-                .map_or("NULL".to_owned(), |n| n.to_string())
-        };
-        let sql = format!(
-            "SELECT {}, name, {}, {}, {}, {} FROM {T}",
-            pick(&["id", "deviceId"]),
-            pick(&["totalMemory"]),
-            pick(&["smCount"]),
-            pick(&["computeMajor"]),
-            pick(&["computeMinor"]),
-        );
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let gpus = stmt
-            .query_map([], |r| {
-                let major = r.get::<_, Option<i64>>(4)?;
-                let minor = r.get::<_, Option<i64>>(5)?;
-                Ok(Gpu {
-                    id: r.get::<_, Option<i64>>(0)?.unwrap_or(0) as u32,
-                    name: value_to_string(r.get_ref(1)?),
-                    total_memory: r.get::<_, Option<i64>>(2)?.map(|b| Bytes(b as u64)),
-                    sm_count: r.get::<_, Option<i64>>(3)?.map(|n| n as u32),
-                    compute_capability: major.zip(minor).map(|(a, b)| (a as u32, b as u32)),
-                })
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.err(e))?;
-        Ok(gpus)
+        kernels
     }
+}
 
-    fn thread_names(&mut self) -> Result<HashMap<(u32, u32), StrId>> {
-        if !self.has("ThreadNames") {
-            return Ok(HashMap::new());
-        }
-        let mut stmt = self
-            .conn
-            .prepare("SELECT nameId, globalTid FROM ThreadNames")
-            .map_err(|e| sqlite_err(self.path, e))?;
-        let rows: Vec<(i64, i64)> = stmt
-            .query_map([], |r| Ok((int(r, 0)?, int(r, 1)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(|e| sqlite_err(self.path, e))?;
-        Ok(rows
-            .into_iter()
-            .map(|(name, gtid)| (split_global_tid(gtid), self.string_id(name)))
-            .collect())
-    }
+struct RawNvtx {
+    start: i64,
+    end: Option<i64>,
+    event_type: i64,
+    text: Option<String>,
+    text_id: Option<i64>,
+    global_tid: i64,
+    end_global_tid: Option<i64>,
+    domain: i64,
+}
+
+/// Everything but the kernels; API calls already resolved against the string table.
+struct RawRest {
+    names: Names,
+    metadata: BTreeMap<String, String>,
+    run: BTreeMap<String, String>,
+    api: Vec<ApiCall>,
+    nvtx: Vec<RawNvtx>,
+    mem_ops: Vec<MemOp>,
+    gpus: Vec<Gpu>,
+    thread_names: Vec<(i64, i64)>,
 }
 
 /// An integer column that may be NULL (read as 0).
 fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
     Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0))
+}
+
+fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKernels> {
+    const T: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+    let sql = format!(
+        "SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, \
+         shortName, {}, gridX, gridY, gridZ, blockX, blockY, blockZ, {}, {}, {} FROM {T}",
+        schema.opt(T, "mangledName"),
+        schema.opt(T, "registersPerThread"),
+        schema.opt(T, "staticSharedMemory"),
+        schema.opt(T, "dynamicSharedMemory"),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = RawKernels::default();
+    while let Some(r) = rows.next()? {
+        let i = out.kernels.len();
+        let name = out.placeholder(i, 0, RawName::from(r.get_ref(6)?));
+        let short_name = out.placeholder(i, 1, RawName::from(r.get_ref(7)?));
+        let mangled_name = out.placeholder(i, 2, RawName::from(r.get_ref(8)?));
+        out.kernels.push(Kernel {
+            start: Nanos(int(r, 0)?),
+            end: Nanos(int(r, 1)?),
+            device: int(r, 2)? as u32,
+            stream: int(r, 3)? as u32,
+            correlation_id: int(r, 4)? as u64,
+            pid: split_global_tid(int(r, 5)?).0,
+            // Placeholders until `resolve`; a set-aside name is filled in there.
+            name: name.unwrap_or(StrId(0)),
+            short_name: short_name.unwrap_or(StrId(0)),
+            mangled_name,
+            grid: [int(r, 9)? as u32, int(r, 10)? as u32, int(r, 11)? as u32],
+            block: [int(r, 12)? as u32, int(r, 13)? as u32, int(r, 14)? as u32],
+            registers_per_thread: int(r, 15)? as u32,
+            static_shared_memory: int(r, 16)? as u32,
+            dynamic_shared_memory: int(r, 17)? as u32,
+        });
+    }
+    Ok(out)
+}
+
+fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
+    let string_ids = if schema.has("StringIds") {
+        let mut stmt = conn.prepare("SELECT id, value FROM StringIds")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        rows.map(|r| r.map(|(id, v)| (id, v.unwrap_or_default())))
+            .collect::<rusqlite::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let mut names = Names::new(string_ids);
+    let metadata = if schema.has("META_DATA_EXPORT") {
+        key_values(conn, "META_DATA_EXPORT")?
+    } else if schema.has("EXPORT_META_DATA") {
+        key_values(conn, "EXPORT_META_DATA")?
+    } else {
+        BTreeMap::new()
+    };
+    let run = if schema.has("RUN_METADATA") {
+        key_values(conn, "RUN_METADATA")?
+    } else {
+        BTreeMap::new()
+    };
+    let api = read_api(conn, schema, &mut names)?;
+    Ok(RawRest {
+        names,
+        metadata,
+        run,
+        api,
+        nvtx: read_nvtx(conn, schema)?,
+        mem_ops: read_mem_ops(conn, schema)?,
+        gpus: read_gpus(conn, schema)?,
+        thread_names: read_thread_names(conn, schema)?,
+    })
+}
+
+fn key_values(conn: &Connection, table: &str) -> rusqlite::Result<BTreeMap<String, String>> {
+    let mut stmt = conn.prepare(&format!("SELECT name, value FROM \"{table}\""))?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            value_to_string(r.get_ref(0)?),
+            value_to_string(r.get_ref(1)?),
+        ))
+    })?;
+    rows.collect()
+}
+
+fn read_api(
+    conn: &Connection,
+    schema: &Schema,
+    names: &mut Names,
+) -> rusqlite::Result<Vec<ApiCall>> {
+    let mut out = Vec::new();
+    for table in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
+        if !schema.has(table) {
+            continue;
+        }
+        let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM {table}");
+        let mut stmt = conn.prepare(&sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let name = names.id(int(r, 4)?);
+            let kind = if names.strings.get(name).starts_with("cuda") {
+                ApiKind::Runtime
+            } else {
+                ApiKind::Driver
+            };
+            let (pid, tid) = split_global_tid(int(r, 2)?);
+            out.push(ApiCall {
+                start: Nanos(int(r, 0)?),
+                end: Nanos(int(r, 1)?),
+                pid,
+                tid,
+                correlation_id: int(r, 3)? as u64,
+                name,
+                kind,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn read_nvtx(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<RawNvtx>> {
+    const T: &str = "NVTX_EVENTS";
+    if !schema.has(T) {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT start, end, eventType, {}, {}, globalTid, {}, {} FROM {T} \
+         WHERE eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END}, {NVTXT_MARK}, \
+         {NVTXT_PUSH_POP}, {NVTXT_START_END}, {NVTX_DOMAIN_CREATE})",
+        schema.opt(T, "text"),
+        schema.opt(T, "textId"),
+        schema.opt(T, "endGlobalTid"),
+        schema.opt(T, "domainId"),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let text = match r.get_ref(3)? {
+            ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+            _ => None,
+        };
+        out.push(RawNvtx {
+            start: int(r, 0)?,
+            end: r.get(1)?,
+            event_type: int(r, 2)?,
+            text,
+            text_id: r.get(4)?,
+            global_tid: int(r, 5)?,
+            end_global_tid: r.get(6)?,
+            domain: int(r, 7)?,
+        });
+    }
+    Ok(out)
+}
+
+fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemOp>> {
+    let mut out = Vec::new();
+    for (table, kind_col) in [
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),
+    ] {
+        if !schema.has(table) {
+            continue;
+        }
+        let sql = format!(
+            "SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {kind_col} \
+             FROM {table}"
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map([], |r| {
+            let kind = match r.get::<_, Option<i64>>(7)? {
+                None => MemOpKind::Memset,
+                Some(k) => copy_kind(k),
+            };
+            Ok(MemOp {
+                start: Nanos(int(r, 0)?),
+                end: Nanos(int(r, 1)?),
+                device: int(r, 2)? as u32,
+                stream: int(r, 3)? as u32,
+                correlation_id: int(r, 4)? as u64,
+                pid: split_global_tid(int(r, 5)?).0,
+                kind,
+                bytes: Bytes(int(r, 6)?.max(0) as u64),
+            })
+        })?;
+        for op in rows {
+            out.push(op?);
+        }
+    }
+    Ok(out)
+}
+
+fn read_gpus(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<Gpu>> {
+    const T: &str = "TARGET_INFO_GPU";
+    if !schema.has(T) {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {}, {}, {}, {}, {}, {} FROM {T}",
+        schema.pick(T, &["id", "deviceId"]),
+        schema.pick(T, &["name"]),
+        schema.pick(T, &["totalMemory"]),
+        schema.pick(T, &["smCount"]),
+        schema.pick(T, &["computeMajor"]),
+        schema.pick(T, &["computeMinor"]),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let gpus = stmt.query_map([], |r| {
+        let major = r.get::<_, Option<i64>>(4)?;
+        let minor = r.get::<_, Option<i64>>(5)?;
+        Ok(Gpu {
+            id: r.get::<_, Option<i64>>(0)?.unwrap_or(0) as u32,
+            name: value_to_string(r.get_ref(1)?),
+            total_memory: r.get::<_, Option<i64>>(2)?.map(|b| Bytes(b.max(0) as u64)),
+            sm_count: r.get::<_, Option<i64>>(3)?.map(|n| n as u32),
+            compute_capability: major.zip(minor).map(|(a, b)| (a as u32, b as u32)),
+        })
+    })?;
+    gpus.collect()
+}
+
+fn read_thread_names(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<(i64, i64)>> {
+    if !schema.has("ThreadNames") {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare("SELECT nameId, globalTid FROM ThreadNames")?;
+    let rows = stmt.query_map([], |r| Ok((int(r, 0)?, int(r, 1)?)))?;
+    rows.collect()
 }
 
 fn value_to_string(v: ValueRef<'_>) -> String {
@@ -589,4 +581,198 @@ fn copy_kind(k: i64) -> MemOpKind {
         10 => MemOpKind::PeerToPeer,
         other => MemOpKind::OtherCopy(other.clamp(0, 255) as u8),
     }
+}
+
+/// nsys string ids resolved to interned strings, each interned once on first use.
+struct Names {
+    /// `StringIds` values by id, for ids small enough to index a vector (the usual case).
+    dense: Vec<Option<String>>,
+    sparse: HashMap<i64, String>,
+    /// nsys id -> interned id, in the same two shapes.
+    dense_ids: Vec<Option<StrId>>,
+    sparse_ids: HashMap<i64, StrId>,
+    strings: Strings,
+}
+
+impl Names {
+    fn new(string_ids: Vec<(i64, String)>) -> Names {
+        let limit = (string_ids.len() as i64).saturating_mul(4) + 1024;
+        let mut dense: Vec<Option<String>> = Vec::new();
+        let mut sparse = HashMap::new();
+        for (id, value) in string_ids {
+            if (0..limit).contains(&id) {
+                let i = id as usize;
+                if dense.len() <= i {
+                    dense.resize(i + 1, None);
+                }
+                dense[i] = Some(value);
+            } else {
+                sparse.insert(id, value);
+            }
+        }
+        let dense_ids = vec![None; dense.len()];
+        Names {
+            dense,
+            sparse,
+            dense_ids,
+            sparse_ids: HashMap::new(),
+            strings: Strings::default(),
+        }
+    }
+
+    /// The text of an nsys string id, if the export has it.
+    fn text(&self, id: i64) -> Option<&str> {
+        if id >= 0 && (id as usize) < self.dense.len() {
+            self.dense[id as usize].as_deref()
+        } else {
+            self.sparse.get(&id).map(String::as_str)
+        }
+    }
+
+    /// The interned string an nsys string id points at.
+    fn id(&mut self, id: i64) -> StrId {
+        let cached = if id >= 0 && (id as usize) < self.dense_ids.len() {
+            self.dense_ids[id as usize]
+        } else {
+            self.sparse_ids.get(&id).copied()
+        };
+        if let Some(s) = cached {
+            return s;
+        }
+        let s = match self.text(id) {
+            Some(v) => {
+                let v = v.to_owned();
+                self.strings.intern(&v)
+            }
+            None => self.strings.intern(&format!("<unknown string {id}>")),
+        };
+        if id >= 0 && (id as usize) < self.dense_ids.len() {
+            self.dense_ids[id as usize] = Some(s);
+        } else {
+            self.sparse_ids.insert(id, s);
+        }
+        s
+    }
+
+    fn name(&mut self, n: &RawName) -> Option<StrId> {
+        match n {
+            RawName::Id(id) => Some(self.id(*id)),
+            RawName::Text(t) => Some(self.strings.intern(t)),
+            RawName::None => None,
+        }
+    }
+}
+
+/// Turn the rows as read into the model.
+fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Trace {
+    let missing = ANALYSED_TABLES
+        .iter()
+        .filter(|t| !schema.has(t))
+        .map(|t| t.to_string())
+        .collect();
+    let metadata = rest.metadata;
+    let source = Source {
+        path: path.to_owned(),
+        format: SourceFormat::NsysSqlite,
+        schema_version: metadata.get("EXPORT_SCHEMA_VERSION").cloned(),
+        product_version: metadata.get("EXPORT_PRODUCT_VERSION").cloned(),
+        metadata,
+        run: rest.run,
+        missing,
+    };
+    let mut trace = Trace::empty(source);
+    let mut names = rest.names;
+    trace.kernels = kernels.resolve(&mut names);
+    trace.api_calls = rest.api;
+    let (ranges, open_ranges, marks) = nvtx(&mut names, rest.nvtx);
+    trace.ranges = ranges;
+    trace.open_ranges = open_ranges;
+    trace.marks = marks;
+    trace.mem_ops = rest.mem_ops;
+    trace.gpus = rest.gpus;
+    trace.thread_names = rest
+        .thread_names
+        .into_iter()
+        .map(|(name, gtid)| (split_global_tid(gtid), names.id(name)))
+        .collect();
+    trace.strings = names.strings;
+    trace.sort();
+    trace
+}
+
+/// NVTX ranges (closed, then still open) and marks. Text is `coalesce(StringIds.value, text, '')`
+/// as in nsys's reports; domains are looked up by (process, domain id).
+fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Range>, Vec<Mark>) {
+    fn text_of(names: &mut Names, r: &RawNvtx) -> StrId {
+        match r.text_id {
+            Some(id) if names.text(id).is_some() => names.id(id),
+            _ => names.strings.intern(r.text.as_deref().unwrap_or("")),
+        }
+    }
+    // The first domain-create event of each (process, domain) names the domain.
+    let mut domains: HashMap<(u32, i64), (i64, StrId)> = HashMap::new();
+    for r in raw.iter().filter(|r| r.event_type == NVTX_DOMAIN_CREATE) {
+        let name = text_of(names, r);
+        let key = (split_global_tid(r.global_tid).0, r.domain);
+        let e = domains.entry(key).or_insert((r.start, name));
+        if r.start < e.0 {
+            *e = (r.start, name);
+        }
+    }
+    let is_range = |t: i64| {
+        matches!(
+            t,
+            NVTX_PUSH_POP | NVTX_START_END | NVTXT_PUSH_POP | NVTXT_START_END
+        )
+    };
+    // Where a range never ended, nsys's reports end it at the last range timestamp.
+    let last = raw
+        .iter()
+        .filter(|r| is_range(r.event_type))
+        .map(|r| r.end.unwrap_or(r.start).max(r.start))
+        .max()
+        .unwrap_or(0);
+
+    let mut ranges = Vec::new();
+    let mut open_ranges = Vec::new();
+    let mut marks = Vec::new();
+    for r in &raw {
+        let (pid, tid) = split_global_tid(r.global_tid);
+        let domain = if r.domain == 0 {
+            None
+        } else {
+            domains.get(&(pid, r.domain)).map(|d| d.1)
+        };
+        let style = match r.event_type {
+            NVTX_PUSH_POP | NVTXT_PUSH_POP => RangeStyle::PushPop,
+            NVTX_START_END | NVTXT_START_END => RangeStyle::StartEnd,
+            NVTX_MARK | NVTXT_MARK => {
+                marks.push(Mark {
+                    time: Nanos(r.start),
+                    name: text_of(names, r),
+                    domain,
+                    pid,
+                    tid,
+                });
+                continue;
+            }
+            _ => continue,
+        };
+        let range = Range {
+            start: Nanos(r.start),
+            end: Nanos(r.end.unwrap_or(last)),
+            style,
+            name: text_of(names, r),
+            domain,
+            pid,
+            tid,
+            end_tid: r.end_global_tid.map(|g| split_global_tid(g).1),
+        };
+        if r.end.is_some() {
+            ranges.push(range);
+        } else {
+            open_ranges.push(range);
+        }
+    }
+    (ranges, open_ranges, marks)
 }

@@ -1,13 +1,711 @@
-//! PyTorch CUDA memory snapshots (`torch.cuda.memory._dump_snapshot` pickles, plain or gzip).
+//! PyTorch CUDA memory snapshots: the pickles `torch.cuda.memory._dump_snapshot` writes (plain
+//! or gzip-compressed), read with the plain-data [`super::pickle`] reader into a
+//! [`Snapshot`].
+//!
+//! Layouts met so far:
+//! - PyTorch 2.0/2.1: a dict with `segments` and `device_traces`; trace entries without
+//!   `time_us`; blocks may carry their stack in `history[0].frames` and no `requested_size`.
+//! - PyTorch 2.2-2.4: trace entries with `time_us`; blocks with `frames` and `requested_size`.
+//! - PyTorch 2.5-2.11: adds `allocator_settings` and `external_annotations`; trace entries may
+//!   carry `compile_context` and `user_metadata`; `oom` entries carry `device_free`.
+//! - The oldest, `torch.cuda.memory_snapshot()` pickled as is: a bare list of segments (no trace).
+//!
+//! Keys this reader does not use are ignored (their names are kept in
+//! [`SnapshotFormat::other_keys`]). Frames are interned: PyTorch shares frame lists through the
+//! pickle memo, and the reader keeps that sharing, so a snapshot with 20,000 entries of 60-frame
+//! stacks holds each distinct frame and stack once. Work is bounded by the input's size, so a
+//! hostile pickle that references one huge list many times is refused, not walked for hours.
 
+use std::collections::HashMap;
 use std::path::Path;
 
+use super::pickle::{self, Pickle, PickleError, Value};
 use crate::error::{Error, Result};
-use crate::memory::Snapshot;
+use crate::memory::{
+    Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
+    SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
+};
 
+/// Read a snapshot file (plain pickle or gzip).
 pub fn load(path: &Path) -> Result<Snapshot> {
-    Err(Error::Malformed {
-        path: path.to_owned(),
-        message: "memory snapshots are not read yet".into(),
-    })
+    let data = super::read_maybe_gzip(path)?;
+    from_bytes(path, &data)
+}
+
+/// Read a snapshot from the decompressed pickle bytes; `path` only names the input in errors.
+pub fn from_bytes(path: &Path, data: &[u8]) -> Result<Snapshot> {
+    let p = pickle::parse(data).map_err(|e| pickle_error(path, e))?;
+    let budget = (data.len() as u64).saturating_mul(2).saturating_add(4096);
+    Converter::new(&p, path, budget).snapshot()
+}
+
+fn pickle_error(path: &Path, e: PickleError) -> Error {
+    let path = path.to_owned();
+    match e {
+        PickleError::UnknownOpcode { opcode, offset } => Error::UnsupportedPickleOpcode {
+            path,
+            opcode,
+            offset,
+        },
+        PickleError::Code { name, offset } => Error::PickleCode { path, name, offset },
+        other => Error::Malformed {
+            path,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Where in the snapshot a value sits, for error messages (formatted only when one is raised).
+#[derive(Clone, Copy, Debug)]
+enum What {
+    Segments,
+    Segment(usize),
+    Block(usize, usize),
+    Traces,
+    Trace(usize),
+    Entry(usize, usize),
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            What::Segments => write!(f, "`segments`"),
+            What::Segment(i) => write!(f, "segment {i}"),
+            What::Block(i, j) => write!(f, "segment {i} block {j}"),
+            What::Traces => write!(f, "`device_traces`"),
+            What::Trace(d) => write!(f, "`device_traces[{d}]`"),
+            What::Entry(d, i) => write!(f, "trace entry {i} of device {d}"),
+        }
+    }
+}
+
+/// `what` and, when given, the field: "segment 3 `total_size`".
+fn field(what: What, key: Option<&str>) -> String {
+    match key {
+        Some(k) => format!("{what} `{k}`"),
+        None => what.to_string(),
+    }
+}
+
+/// FxHash: a fast hasher for the stack table's keys (lists of small integers), which the
+/// default SipHash would make the slowest part of reading a snapshot.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
+/// Marks an empty slot of the by-handle caches.
+const NONE: u32 = u32::MAX;
+
+struct Converter<'a> {
+    p: &'a Pickle,
+    path: &'a Path,
+    /// Container items still allowed to be visited.
+    budget: u64,
+    frames: Frames,
+    /// FrameId of each pickled frame dict, by arena handle ([`NONE`] until seen).
+    frame_by_value: Vec<u32>,
+    frame_by_content: HashMap<Frame, FrameId>,
+    /// StackId of each pickled frame list, by arena handle.
+    stack_by_value: Vec<u32>,
+    stack_by_content: HashMap<Vec<FrameId>, StackId, FxBuild>,
+    strings_seen: HashMap<u32, Option<String>>,
+}
+
+impl<'a> Converter<'a> {
+    fn new(p: &'a Pickle, path: &'a Path, budget: u64) -> Self {
+        let mut stack_by_content = HashMap::with_hasher(FxBuild::default());
+        stack_by_content.insert(Vec::new(), StackId::EMPTY);
+        Converter {
+            p,
+            path,
+            budget,
+            frames: Frames::default(),
+            frame_by_value: vec![NONE; p.dict_count()],
+            frame_by_content: HashMap::new(),
+            stack_by_value: vec![NONE; p.list_count()],
+            stack_by_content,
+            strings_seen: HashMap::new(),
+        }
+    }
+
+    fn err(&self, message: impl Into<String>) -> Error {
+        Error::Malformed {
+            path: self.path.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// Charge `n` visited items against the budget.
+    fn spend(&mut self, n: usize) -> Result<()> {
+        match self.budget.checked_sub(n as u64) {
+            Some(left) => {
+                self.budget = left;
+                Ok(())
+            }
+            None => {
+                Err(self
+                    .err("snapshot refers to the same data too many times to be a real snapshot"))
+            }
+        }
+    }
+
+    fn seq(&mut self, v: Value, what: What, key: Option<&str>) -> Result<&'a [Value]> {
+        let p = self.p;
+        let items = p.seq(v).ok_or_else(|| {
+            self.err(format!(
+                "{} is {}, expected a list",
+                field(what, key),
+                p.describe(v)
+            ))
+        })?;
+        self.spend(items.len())?;
+        Ok(items)
+    }
+
+    fn int(&self, v: Value, what: What, key: &str) -> Result<i64> {
+        match v {
+            Value::Int(i) => Ok(i),
+            Value::Bool(b) => Ok(i64::from(b)),
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 => Ok(f as i64),
+            Value::BigInt(_) => Err(self.err(format!(
+                "{} does not fit in 64 bits",
+                field(what, Some(key))
+            ))),
+            other => Err(self.err(format!(
+                "{} is {}, expected an int",
+                field(what, Some(key)),
+                self.p.describe(other)
+            ))),
+        }
+    }
+
+    /// A size or address: a non-negative int. Addresses above 2^63 arrive as Python ints that
+    /// do not fit `i64`; PyTorch never writes those on today's GPUs.
+    fn uint(&self, v: Value, what: What, key: &str) -> Result<u64> {
+        let i = self.int(v, what, key)?;
+        u64::try_from(i)
+            .map_err(|_| self.err(format!("{} is negative ({i})", field(what, Some(key)))))
+    }
+
+    /// `dict[key]` as an int, or `default` when absent.
+    fn int_or(&self, dict: Value, key: &str, what: What, default: i64) -> Result<i64> {
+        match self.p.get(dict, key) {
+            Some(v) => self.int(v, what, key),
+            None => Ok(default),
+        }
+    }
+
+    /// `dict[key]` as a non-negative int, which must be there.
+    fn req_uint(&self, dict: Value, key: &str, what: What) -> Result<u64> {
+        match self.p.get(dict, key) {
+            Some(v) => self.uint(v, what, key),
+            None => Err(self.err(format!("{what} has no `{key}`"))),
+        }
+    }
+
+    /// Check that `v` is a dict and charge its size: every field lookup scans it, so a hostile
+    /// pickle that shares one enormous dict among many entries runs out of budget instead of time.
+    fn dict(&mut self, v: Value, what: What) -> Result<()> {
+        let p = self.p;
+        match p.dict(v) {
+            Some(d) => self.spend(d.len()),
+            None => Err(self.err(format!("{what} is {}, expected a dict", p.describe(v)))),
+        }
+    }
+
+    fn opt_str(&self, dict: Value, key: &str) -> Option<&'a str> {
+        let p = self.p;
+        p.get(dict, key).and_then(|v| p.str(v))
+    }
+
+    fn snapshot(mut self) -> Result<Snapshot> {
+        let p = self.p;
+        let root = p.root();
+        let mut format = SnapshotFormat::default();
+        let mut snap = Snapshot::default();
+        let segments = match root {
+            Value::Dict(_) => {
+                let keys: Vec<String> = p
+                    .dict(root)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|(k, _)| p.str(*k).map_or_else(|| "?".to_owned(), str::to_owned))
+                    .collect();
+                let Some(segments) = p.get(root, "segments") else {
+                    return Err(self.err(format!(
+                        "not a PyTorch memory snapshot: a dict without `segments` (keys: {})",
+                        describe_keys(&keys)
+                    )));
+                };
+                format.layout = "dict".into();
+                const KNOWN: [&str; 4] = [
+                    "segments",
+                    "device_traces",
+                    "allocator_settings",
+                    "external_annotations",
+                ];
+                format.other_keys = keys
+                    .into_iter()
+                    .filter(|k| !KNOWN.contains(&k.as_str()))
+                    .collect();
+                format.other_keys.dedup();
+                if let Some(traces) = p.get(root, "device_traces") {
+                    snap.traces = self.traces(traces)?;
+                }
+                if let Some(s) = p.get(root, "allocator_settings") {
+                    format.has_allocator_settings = true;
+                    snap.settings = self.settings(s)?;
+                }
+                if let Some(a) = p.get(root, "external_annotations") {
+                    format.has_annotations = true;
+                    snap.annotations = self.annotations(a)?;
+                }
+                segments
+            }
+            Value::List(_) | Value::Tuple(_) => {
+                format.layout = "segments list".into();
+                root
+            }
+            other => {
+                return Err(self.err(format!(
+                    "not a PyTorch memory snapshot: the pickle holds {}, expected a dict with `segments` or a list of segments",
+                    p.describe(other)
+                )))
+            }
+        };
+        snap.segments = self.segments(segments)?;
+        format.has_trace = snap.traces.iter().any(|t| !t.is_empty());
+        format.has_time = snap.traces.iter().flatten().any(|e| e.time_us.is_some());
+        snap.format = format;
+        snap.frames = self.frames;
+        Ok(snap)
+    }
+
+    fn segments(&mut self, v: Value) -> Result<Vec<Segment>> {
+        let items = self.seq(v, What::Segments, None)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &s) in items.iter().enumerate() {
+            out.push(self.segment(s, i)?);
+        }
+        Ok(out)
+    }
+
+    fn segment(&mut self, s: Value, i: usize) -> Result<Segment> {
+        let p = self.p;
+        let what = What::Segment(i);
+        self.dict(s, what)?;
+        let address = self.req_uint(s, "address", what)?;
+        let total_size = self.req_uint(s, "total_size", what)?;
+        let device = self.int_or(s, "device", what, 0)?;
+        // Streams are pointers; keep their bits.
+        let stream = self.int_or(s, "stream", what, 0)? as u64;
+        let kind = match self.opt_str(s, "segment_type") {
+            Some("small") => SegmentKind::Small,
+            Some("large") => SegmentKind::Large,
+            _ => SegmentKind::Unknown,
+        };
+        let is_expandable = matches!(p.get(s, "is_expandable"), Some(Value::Bool(true)));
+        let Some(blocks_v) = p.get(s, "blocks") else {
+            return Err(self.err(format!("{what} has no `blocks`")));
+        };
+        let items = self.seq(blocks_v, what, Some("blocks"))?;
+        let mut blocks = Vec::with_capacity(items.len());
+        let mut next_address = address;
+        for (j, &b) in items.iter().enumerate() {
+            let block = self.block(b, next_address, What::Block(i, j))?;
+            next_address = block.address.saturating_add(block.size);
+            blocks.push(block);
+        }
+        Ok(Segment {
+            device,
+            address,
+            total_size,
+            stream,
+            kind,
+            is_expandable,
+            blocks,
+        })
+    }
+
+    fn block(&mut self, b: Value, default_address: u64, what: What) -> Result<Block> {
+        let p = self.p;
+        self.dict(b, what)?;
+        let size = self.req_uint(b, "size", what)?;
+        let address = match p.get(b, "address") {
+            Some(a) => self.uint(a, what, "address")?,
+            None => default_address,
+        };
+        let state = match self.opt_str(b, "state") {
+            Some("active_allocated") => BlockState::ActiveAllocated,
+            Some("active_pending_free") | Some("active_awaiting_free") => {
+                BlockState::ActivePendingFree
+            }
+            Some("inactive") => BlockState::Inactive,
+            Some(other) => {
+                return Err(self.err(format!("{what} has an unknown state `{other}`")));
+            }
+            None => return Err(self.err(format!("{what} has no `state`"))),
+        };
+        // PyTorch 2.0 kept the stack and requested size in `history[0]`.
+        let history0 = p
+            .get(b, "history")
+            .and_then(|h| p.seq(h))
+            .and_then(|h| h.first().copied());
+        let requested_size = match p.get(b, "requested_size") {
+            Some(r) => self.uint(r, what, "requested_size")?,
+            None => match history0.and_then(|h| p.get(h, "real_size")) {
+                Some(r) => self.uint(r, what, "history[0].real_size")?,
+                None => size,
+            },
+        };
+        let frames_v = p
+            .get(b, "frames")
+            .or_else(|| history0.and_then(|h| p.get(h, "frames")));
+        let stack = match frames_v {
+            Some(f) => self.stack(f, what)?,
+            None => StackId::EMPTY,
+        };
+        Ok(Block {
+            address,
+            size,
+            requested_size,
+            state,
+            stack,
+        })
+    }
+
+    fn traces(&mut self, v: Value) -> Result<Vec<Vec<TraceEntry>>> {
+        let devices = self.seq(v, What::Traces, None)?;
+        let mut out = Vec::with_capacity(devices.len());
+        for (d, &t) in devices.iter().enumerate() {
+            let entries = self.seq(t, What::Trace(d), None)?;
+            let mut trace = Vec::with_capacity(entries.len());
+            for (i, &e) in entries.iter().enumerate() {
+                trace.push(self.entry(e, What::Entry(d, i))?);
+            }
+            out.push(trace);
+        }
+        Ok(out)
+    }
+
+    fn entry(&mut self, e: Value, what: What) -> Result<TraceEntry> {
+        let p = self.p;
+        self.dict(e, what)?;
+        let Some(action_v) = p.get(e, "action") else {
+            return Err(self.err(format!("{what} has no `action`")));
+        };
+        let action = match p.str(action_v) {
+            Some("alloc") => Action::Alloc,
+            Some("free_requested") => Action::FreeRequested,
+            Some("free_completed") => Action::FreeCompleted,
+            Some("segment_alloc") => Action::SegmentAlloc,
+            Some("segment_free") => Action::SegmentFree,
+            Some("segment_map") => Action::SegmentMap,
+            Some("segment_unmap") => Action::SegmentUnmap,
+            Some("snapshot") => Action::Snapshot,
+            Some("oom") => Action::Oom,
+            Some(_) => Action::Other,
+            None => {
+                return Err(self.err(format!(
+                    "{what} `action` is {}, expected a str",
+                    p.describe(action_v)
+                )))
+            }
+        };
+        let addr_key = if action == Action::Oom && p.get(e, "addr").is_none() {
+            "device_free"
+        } else {
+            "addr"
+        };
+        let addr = match p.get(e, addr_key) {
+            Some(a) => self.uint(a, what, addr_key)?,
+            None => 0,
+        };
+        let size = match p.get(e, "size") {
+            Some(s) => self.uint(s, what, "size")?,
+            None if matches!(action, Action::Snapshot | Action::Other) => 0,
+            None => return Err(self.err(format!("{what} has no `size`"))),
+        };
+        let stream = self.int_or(e, "stream", what, 0)? as u64;
+        let time_us = match p.get(e, "time_us") {
+            Some(Value::None) | None => None,
+            Some(t) => Some(self.int(t, what, "time_us")?),
+        };
+        let stack = match p.get(e, "frames") {
+            Some(f) => self.stack(f, what)?,
+            None => StackId::EMPTY,
+        };
+        let compile_context = self.label(e, "compile_context");
+        let user_metadata = self.label(e, "user_metadata");
+        Ok(TraceEntry {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            compile_context,
+            user_metadata,
+        })
+    }
+
+    /// An optional free-text field, with PyTorch's placeholders (`N/A`, empty) read as absent.
+    fn label(&mut self, dict: Value, key: &str) -> Option<String> {
+        let v = self.p.get(dict, key)?;
+        let Value::Str(id) = v else { return None };
+        if let Some(cached) = self.strings_seen.get(&id) {
+            return cached.clone();
+        }
+        let s = self.p.str(v).unwrap_or_default();
+        let out = (!s.is_empty() && s != "N/A").then(|| s.to_owned());
+        self.strings_seen.insert(id, out.clone());
+        out
+    }
+
+    fn stack(&mut self, v: Value, what: What) -> Result<StackId> {
+        let p = self.p;
+        let list_id = match v {
+            Value::List(i) | Value::Tuple(i) => i as usize,
+            Value::None => return Ok(StackId::EMPTY),
+            other => {
+                return Err(self.err(format!(
+                    "{what} `frames` is {}, expected a list",
+                    p.describe(other)
+                )))
+            }
+        };
+        if let Some(&s) = self.stack_by_value.get(list_id).filter(|&&s| s != NONE) {
+            return Ok(StackId(s));
+        }
+        let items = self.seq(v, what, Some("frames"))?;
+        let mut ids = Vec::with_capacity(items.len());
+        for &f in items {
+            ids.push(self.frame(f, what)?);
+        }
+        let next = StackId(self.frames.stacks.len() as u32);
+        let id = match self.stack_by_content.get(&ids) {
+            Some(&id) => id,
+            None => {
+                self.stack_by_content.insert(ids.clone(), next);
+                self.frames.stacks.push(ids);
+                next
+            }
+        };
+        if let Some(slot) = self.stack_by_value.get_mut(list_id) {
+            *slot = id.0;
+        }
+        Ok(id)
+    }
+
+    fn frame(&mut self, v: Value, what: What) -> Result<FrameId> {
+        let p = self.p;
+        let Value::Dict(dict_id) = v else {
+            return Err(self.err(format!(
+                "{what}: a frame is {}, expected a dict",
+                p.describe(v)
+            )));
+        };
+        if let Some(&f) = self
+            .frame_by_value
+            .get(dict_id as usize)
+            .filter(|&&f| f != NONE)
+        {
+            return Ok(f);
+        }
+        self.spend(p.dict(v).map_or(0, <[_]>::len))?;
+        let name = self.opt_str(v, "name").unwrap_or("??").to_owned();
+        let filename = self.opt_str(v, "filename").unwrap_or("??").to_owned();
+        let line = self.int_or(v, "line", what, 0)?;
+        let frame = Frame {
+            name,
+            filename,
+            line,
+        };
+        let next = self.frames.frames.len() as FrameId;
+        let id = *self.frame_by_content.entry(frame.clone()).or_insert(next);
+        if id == next {
+            self.frames.frames.push(frame);
+        }
+        if let Some(slot) = self.frame_by_value.get_mut(dict_id as usize) {
+            *slot = id;
+        }
+        Ok(id)
+    }
+
+    fn settings(&mut self, v: Value) -> Result<AllocatorSettings> {
+        let p = self.p;
+        if p.dict(v).is_none() {
+            return Ok(AllocatorSettings::default());
+        }
+        let mut s = AllocatorSettings {
+            alloc_conf: self
+                .opt_str(v, "PYTORCH_CUDA_ALLOC_CONF")
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned),
+            ..AllocatorSettings::default()
+        };
+        // PyTorch writes SIZE_MAX (no limit) as -1 through its int64 cast.
+        if let Some(Value::Int(m)) = p.get(v, "max_split_size") {
+            s.max_split_size = u64::try_from(m).ok().filter(|&m| m < u64::MAX / 2);
+        }
+        s.expandable_segments = matches!(p.get(v, "expandable_segments"), Some(Value::Bool(true)));
+        if let Some(r) = p.get(v, "roundup_power2_divisions") {
+            let mut pairs: Vec<(u64, u64)> = Vec::new();
+            if let Some(entries) = p.dict(r) {
+                self.spend(entries.len())?;
+                for &(k, d) in entries {
+                    let key = p.str(k).and_then(|k| k.parse::<u64>().ok());
+                    if let (Some(key), Some(Value::Int(d))) = (key, Some(d)) {
+                        pairs.push((key, u64::try_from(d).unwrap_or(0)));
+                    }
+                }
+            } else if let Some(list) = p.seq(r) {
+                self.spend(list.len())?;
+                for (i, &d) in list.iter().enumerate() {
+                    if let Value::Int(d) = d {
+                        pairs.push((1u64 << i.min(62), u64::try_from(d).unwrap_or(0)));
+                    }
+                }
+            }
+            pairs.sort_unstable();
+            // Keys are 1, 2, 4, … (MiB): the n-th power of two is interval n.
+            s.roundup_power2_divisions = pairs
+                .iter()
+                .filter(|(k, _)| k.is_power_of_two())
+                .map(|&(_, d)| d)
+                .take(64)
+                .collect();
+        }
+        Ok(s)
+    }
+
+    fn annotations(&mut self, v: Value) -> Result<Vec<Annotation>> {
+        let p = self.p;
+        let Some(items) = p.seq(v) else {
+            return Ok(Vec::new());
+        };
+        self.spend(items.len())?;
+        let mut out = Vec::with_capacity(items.len());
+        for &a in items {
+            if p.dict(a).is_none() {
+                continue;
+            }
+            out.push(Annotation {
+                device: p.get(a, "device").and_then(|d| p.int(d)),
+                stage: self.opt_str(a, "stage").unwrap_or_default().to_owned(),
+                name: self.opt_str(a, "name").unwrap_or_default().to_owned(),
+                time_us: p.get(a, "time_us").and_then(|t| p.int(t)),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn describe_keys(keys: &[String]) -> String {
+    if keys.is_empty() {
+        return "none".into();
+    }
+    let shown: Vec<&str> = keys.iter().take(6).map(String::as_str).collect();
+    if keys.len() > 6 {
+        format!("{}, … ({} keys)", shown.join(", "), keys.len())
+    } else {
+        shown.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_bytes(data: &[u8]) -> Result<Snapshot> {
+        from_bytes(Path::new("t.pickle"), data)
+    }
+
+    #[test]
+    fn bare_list_of_segments_is_the_oldest_layout() {
+        // pickle.dumps([{'device': 0, 'address': 4096, 'total_size': 2097152, 'stream': 0,
+        //   'segment_type': 'small', 'blocks': [{'size': 1024, 'state': 'active_allocated',
+        //   'history': [{'addr': 4096, 'real_size': 1000}]},
+        //   {'size': 2096128, 'state': 'inactive'}]}], protocol=2)
+        let data = b"\x80\x02]q\x00}q\x01(X\x06\x00\x00\x00deviceq\x02K\x00X\x07\x00\x00\x00addressq\x03M\x00\x10X\n\x00\x00\x00total_sizeq\x04J\x00\x00 \x00X\x06\x00\x00\x00streamq\x05K\x00X\x0c\x00\x00\x00segment_typeq\x06X\x05\x00\x00\x00smallq\x07X\x06\x00\x00\x00blocksq\x08]q\t(}q\n(X\x04\x00\x00\x00sizeq\x0bM\x00\x04X\x05\x00\x00\x00stateq\x0cX\x10\x00\x00\x00active_allocatedq\rX\x07\x00\x00\x00historyq\x0e]q\x0f}q\x10(X\x04\x00\x00\x00addrq\x11M\x00\x10X\t\x00\x00\x00real_sizeq\x12M\xe8\x03uau}q\x13(h\x0bJ\x00\xfc\x1f\x00h\x0cX\x08\x00\x00\x00inactiveq\x14ueua.";
+        let s = load_bytes(data).unwrap();
+        assert_eq!(s.format.layout, "segments list");
+        assert!(!s.format.has_trace);
+        assert_eq!(s.segments.len(), 1);
+        let seg = &s.segments[0];
+        assert_eq!(seg.kind, SegmentKind::Small);
+        assert_eq!(seg.blocks[0].requested_size, 1000);
+        assert_eq!(seg.blocks[1].address, 4096 + 1024);
+        assert_eq!(seg.blocks[1].state, BlockState::Inactive);
+    }
+
+    #[test]
+    fn unknown_top_level_shapes_are_refused() {
+        // pickle.dumps({'hello': 1}, protocol=4) and pickle.dumps(3, protocol=4)
+        let e = load_bytes(
+            b"\x80\x04\x95\x0e\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x05hello\x94K\x01s.",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("without `segments`") && e.contains("hello"),
+            "{e}"
+        );
+        let e = load_bytes(b"\x80\x04K\x03.").unwrap_err().to_string();
+        assert!(e.contains("holds an int"), "{e}");
+    }
+
+    #[test]
+    fn one_huge_dict_shared_by_many_entries_exhausts_the_budget() {
+        // {'segments': [], 'device_traces': [[D, D, ...]]} with D a 5,000-key dict referenced
+        // 20,000 times through the memo: 85 kB of pickle, 10^8 key comparisons if walked.
+        let mut d = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces](](".to_vec();
+        d.extend_from_slice(b"}\x94(\x8c\x06action\x8c\x05alloc\x8c\x04sizeK\x01");
+        for i in 0..5000 {
+            let k = format!("k{i}");
+            d.push(0x8c);
+            d.push(k.len() as u8);
+            d.extend_from_slice(k.as_bytes());
+            d.extend_from_slice(b"K\x00");
+        }
+        d.push(b'u');
+        for _ in 0..20_000 {
+            d.extend_from_slice(b"h\x00");
+        }
+        d.extend_from_slice(b"eeu.");
+        let e = load_bytes(&d).unwrap_err().to_string();
+        assert!(e.contains("too many times"), "{e}");
+    }
+
+    #[test]
+    fn pickle_errors_keep_their_kind() {
+        let e = load_bytes(b"\x80\x02cos\nsystem\n.").unwrap_err();
+        assert!(matches!(e, Error::PickleCode { ref name, .. } if name == "os.system"));
+        let e = load_bytes(b"\x80\x04\xfe").unwrap_err();
+        assert!(matches!(
+            e,
+            Error::UnsupportedPickleOpcode { opcode: 0xfe, .. }
+        ));
+    }
 }

@@ -1,6 +1,346 @@
-//! PyTorch CUDA memory snapshots: the model of allocations and segments, and the analyses over it
-//! (timeline, peak, categories, plots).
+//! PyTorch CUDA memory snapshots: the model of segments, blocks and the allocator's trace, and the
+//! analyses over it.
+//!
+//! A [`Snapshot`] is what `torch.cuda.memory._dump_snapshot` saved, read by
+//! [`crate::ingest::torch_snapshot`] into plain Rust: the allocator's segments and blocks at the
+//! moment of the dump (the *end state*), the per-device trace of allocator events recorded since
+//! `_record_memory_history` was switched on (the *window*), and the interned stack frames both
+//! refer to. Nothing here reads files; the analyses are pure functions:
+//!
+//! - [`timeline`] replays the trace into allocated and reserved bytes over time, counted as the
+//!   caching allocator counts them, including what was allocated before recording began;
+//! - [`phases`] finds forward, backward and optimizer spans from the frames;
+//! - [`categories`] sorts allocations into kinds (parameters, gradients, activations…) by rules,
+//!   and [`inference`] adds what the trace's lifetimes and sizes tell;
+//! - [`peak`] reports the peak and the allocations live at it;
+//! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]), [`tables`] shows them;
+//! - [`charts`] draws the timeline and the category bar through [`crate::plot`].
+
+pub mod categories;
+pub mod charts;
+pub mod inference;
+pub mod peak;
+pub mod phases;
+pub mod summary;
+pub mod tables;
+pub mod timeline;
+
+use serde::Serialize;
+
+/// Index of a frame in [`Frames::frames`].
+pub type FrameId = u32;
+
+/// Index of a stack in [`Frames::stacks`]; stack 0 is always the empty stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    pub const EMPTY: StackId = StackId(0);
+}
+
+/// One frame of a recorded stack: a Python function (with a `.py` file and a line) or a C++
+/// function (line 0, file often `??`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub name: String,
+    pub filename: String,
+    pub line: i64,
+}
+
+impl Frame {
+    pub fn is_python(&self) -> bool {
+        let f = self.filename.to_ascii_lowercase();
+        f.ends_with(".py") || f.ends_with(".pyx") || f.starts_with("<ipython") || f == "<string>"
+    }
+
+    /// A Python frame of the user's own code: not the standard library, not an installed
+    /// package, not PyTorch itself.
+    pub fn is_user_code(&self) -> bool {
+        if !self.is_python() {
+            return false;
+        }
+        let f = self.filename.replace('\\', "/").to_ascii_lowercase();
+        !(f.contains("/site-packages/")
+            || f.contains("/dist-packages/")
+            || f.contains("/lib/python3")
+            || f.contains("/torch/")
+            || f.starts_with("<frozen"))
+    }
+
+    /// `nn.Module.__call__` (`_call_impl`), the boundary of a module call.
+    pub fn is_module_call(&self) -> bool {
+        self.is_python()
+            && (self.name == "_call_impl" || self.name == "_wrapped_call_impl")
+            && self
+                .filename
+                .replace('\\', "/")
+                .ends_with("torch/nn/modules/module.py")
+    }
+
+    /// The ATen operator of a dispatcher frame: `mul_Tensor` for
+    /// `at::_ops::mul_Tensor::call(...)`.
+    pub fn aten_op(&self) -> Option<&str> {
+        let i = self.name.find("at::_ops::")?;
+        let rest = &self.name[i + "at::_ops::".len()..];
+        let end = rest.find("::")?;
+        Some(&rest[..end])
+    }
+
+    /// The autograd node of a backward frame: `MulBackward0` for
+    /// `torch::autograd::generated::MulBackward0::apply(...)`.
+    pub fn autograd_node(&self) -> Option<&str> {
+        let name = self.name.split('(').next()?;
+        let node = name.strip_suffix("::apply")?;
+        let node = node.rsplit("::").next()?;
+        (node.contains("Backward") || node == "AccumulateGrad").then_some(node)
+    }
+
+    /// `file.py:12 name` with the file's last path component (Windows or POSIX separators).
+    pub fn short(&self) -> String {
+        let base = self
+            .filename
+            .rsplit(['/', '\\'])
+            .next()
+            .unwrap_or(&self.filename);
+        if self.line > 0 {
+            format!("{base}:{} {}", self.line, self.name)
+        } else if base.is_empty() || base == "??" {
+            self.name.clone()
+        } else {
+            format!("{base} {}", self.name)
+        }
+    }
+}
+
+/// All frames and stacks of a snapshot, each stored once. Stacks list frames innermost first, as
+/// PyTorch records them.
+#[derive(Clone, Debug)]
+pub struct Frames {
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Vec<FrameId>>,
+}
+
+impl Default for Frames {
+    fn default() -> Self {
+        Frames {
+            frames: Vec::new(),
+            stacks: vec![Vec::new()],
+        }
+    }
+}
+
+impl Frames {
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        self.stacks.get(id.0 as usize).map_or(&[], |s| &s[..])
+    }
+
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+}
+
+/// A block's state in the end-state segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Held by a tensor.
+    ActiveAllocated,
+    /// Freed by its tensor but still in use by another stream's pending work.
+    ActivePendingFree,
+    /// Cached, free for reuse.
+    Inactive,
+}
+
+/// A piece of a segment.
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub address: u64,
+    /// The block's size as the allocator counts it (rounded, possibly more than requested).
+    pub size: u64,
+    /// What the caller asked for.
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub stack: StackId,
+}
+
+/// Which pool a segment belongs to: small (blocks of at most 1 MiB, 2 MiB segments) or large.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentKind {
+    Small,
+    Large,
+    Unknown,
+}
+
+/// One `cudaMalloc`ed (or, for expandable segments, mapped) range the allocator holds.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub device: i64,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: u64,
+    pub kind: SegmentKind,
+    pub is_expandable: bool,
+    pub blocks: Vec<Block>,
+}
+
+/// What a trace entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    /// The moment a snapshot was taken.
+    Snapshot,
+    /// An out-of-memory error; `addr` holds the device's free bytes.
+    Oom,
+    /// An action this reader does not know; kept for counting, ignored by the analyses.
+    Other,
+}
+
+/// One allocator event of the recorded window.
+#[derive(Clone, Debug)]
+pub struct TraceEntry {
+    pub action: Action,
+    pub addr: u64,
+    /// The size the caller asked for (allocations and frees) or the segment's size.
+    pub size: u64,
+    pub stream: u64,
+    /// Wall-clock microseconds (absent before PyTorch 2.2).
+    pub time_us: Option<i64>,
+    pub stack: StackId,
+    /// `torch.compile` context, when one was recorded (not `N/A`).
+    pub compile_context: Option<String>,
+    /// `torch.cuda.memory._set_memory_metadata` text, when set.
+    pub user_metadata: Option<String>,
+}
+
+/// A `START`/`END` mark PyTorch adds around `Optimizer.step` and friends
+/// (`external_annotations`, PyTorch 2.5+).
+#[derive(Clone, Debug, Serialize)]
+pub struct Annotation {
+    pub device: Option<i64>,
+    pub stage: String,
+    pub name: String,
+    pub time_us: Option<i64>,
+}
+
+/// The allocator settings saved with the snapshot (PyTorch 2.5+), as far as sizes depend on them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AllocatorSettings {
+    /// `PYTORCH_CUDA_ALLOC_CONF` as it was.
+    pub alloc_conf: Option<String>,
+    /// Blocks at least this large are never split (`None`: no limit).
+    pub max_split_size: Option<u64>,
+    pub expandable_segments: bool,
+    /// `roundup_power2_divisions` per size interval: index 0 is [1 MiB, 2 MiB), 1 is
+    /// [2 MiB, 4 MiB), and so on; 0 means plain 512-byte rounding.
+    pub roundup_power2_divisions: Vec<u64>,
+}
+
+/// How the file was laid out, for reporting which PyTorch generation wrote it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SnapshotFormat {
+    /// `dict` (PyTorch 2.x) or `segments list` (the oldest, `torch.cuda.memory_snapshot()`).
+    pub layout: String,
+    pub has_trace: bool,
+    pub has_time: bool,
+    pub has_allocator_settings: bool,
+    pub has_annotations: bool,
+    /// Top-level keys that were present but are not used (host allocator fields and the like).
+    pub other_keys: Vec<String>,
+}
 
 /// A loaded `torch.cuda.memory._dump_snapshot` file.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {}
+pub struct Snapshot {
+    pub segments: Vec<Segment>,
+    /// One trace per device, indexed by device number.
+    pub traces: Vec<Vec<TraceEntry>>,
+    pub annotations: Vec<Annotation>,
+    pub settings: AllocatorSettings,
+    pub frames: Frames,
+    pub format: SnapshotFormat,
+}
+
+impl Snapshot {
+    /// Devices that have segments or trace entries, in order.
+    pub fn devices(&self) -> Vec<i64> {
+        let mut d: Vec<i64> = self.segments.iter().map(|s| s.device).collect();
+        d.extend(
+            self.traces
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.is_empty())
+                .map(|(i, _)| i as i64),
+        );
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// The trace of one device (empty when it has none).
+    pub fn trace(&self, device: i64) -> &[TraceEntry] {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.traces.get(d))
+            .map_or(&[], |t| &t[..])
+    }
+}
+
+/// Bytes shown in binary units with one decimal, as PyTorch's `memory_viz` prints them
+/// (`1.5 GiB`), for tables and labels.
+pub fn format_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Bytes as MiB with two decimals, the unit of the report tables.
+pub fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_short_handles_windows_paths_and_cpp_frames() {
+        let f = Frame {
+            name: "forward".into(),
+            filename: r"C:\Users\me\proj\model.py".into(),
+            line: 42,
+        };
+        assert_eq!(f.short(), "model.py:42 forward");
+        assert!(f.is_python());
+        let c = Frame {
+            name: "at::native::empty_cuda".into(),
+            filename: "??".into(),
+            line: 0,
+        };
+        assert_eq!(c.short(), "at::native::empty_cuda");
+        assert!(!c.is_python());
+    }
+
+    #[test]
+    fn format_bytes_uses_binary_units() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(8_765_334_528), "8.2 GiB");
+    }
+}

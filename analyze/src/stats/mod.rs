@@ -1,2 +1,316 @@
 //! The `nsys stats` reports, computed from the model with the same rows, order, columns and
-//! numbers as Nsight Systems 2025.3.
+//! numbers as Nsight Systems 2025.3 prints with `--format csv`.
+//!
+//! One module per report family; each is a pure function of a [`Trace`] returning typed rows and
+//! a [`Table`] with nsys's column names. [`summary`] holds the statistics they share (mean,
+//! median, sample standard deviation, percentages), usable by any analysis. [`report`] picks a
+//! report by name and says, as nsys does, when the export lacks the data a report needs.
+//! Reports that nsys has and this module has not (osrt_sum, cuda_gpu_trace, ...) are not here.
+
+pub mod attribution;
+pub mod cuda_api_sum;
+pub mod cuda_gpu_kern_sum;
+pub mod cuda_gpu_mem_sum;
+pub mod nvtx_gpu_proj_sum;
+pub mod nvtx_kern_sum;
+pub mod nvtx_sum;
+pub mod summary;
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::model::Trace;
+use crate::render::{Cell, Table};
+
+pub use cuda_gpu_kern_sum::KernelName;
+pub use summary::Summary;
+
+/// The reports `analyze stats` reproduces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    CudaGpuKernSum(KernelName),
+    CudaApiSum,
+    CudaGpuMemTimeSum,
+    CudaGpuMemSizeSum,
+    NvtxSum,
+    NvtxKernSum(KernelName),
+    NvtxGpuProjSum,
+}
+
+impl Report {
+    /// The reports `analyze stats --report all` prints, by the names nsys gives them.
+    pub const ALL: &'static [&'static str] = &[
+        "cuda_api_sum",
+        "cuda_gpu_kern_sum",
+        "cuda_gpu_kern_sum:base",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+        "nvtx_sum",
+        "nvtx_kern_sum",
+        "nvtx_gpu_proj_sum",
+    ];
+
+    /// Every report name understood, variants included.
+    pub const NAMES: &'static [&'static str] = &[
+        "cuda_gpu_kern_sum",
+        "cuda_gpu_kern_sum:base",
+        "cuda_gpu_kern_sum:mangled",
+        "cuda_api_sum",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+        "nvtx_sum",
+        "nvtx_kern_sum",
+        "nvtx_kern_sum:base",
+        "nvtx_kern_sum:mangled",
+        "nvtx_gpu_proj_sum",
+    ];
+
+    /// The report called `name` (nsys's spelling), if there is one.
+    pub fn from_name(name: &str) -> Option<Report> {
+        let (base, variant) = match name.split_once(':') {
+            Some((b, v)) => (b, Some(v)),
+            None => (name, None),
+        };
+        let kernel_name = match variant {
+            None => KernelName::Demangled,
+            Some("base") => KernelName::Short,
+            Some("mangled") => KernelName::Mangled,
+            Some(_) => return None,
+        };
+        let report = match base {
+            "cuda_gpu_kern_sum" => Report::CudaGpuKernSum(kernel_name),
+            "nvtx_kern_sum" => Report::NvtxKernSum(kernel_name),
+            _ if variant.is_some() => return None,
+            "cuda_api_sum" => Report::CudaApiSum,
+            "cuda_gpu_mem_time_sum" => Report::CudaGpuMemTimeSum,
+            "cuda_gpu_mem_size_sum" => Report::CudaGpuMemSizeSum,
+            "nvtx_sum" => Report::NvtxSum,
+            "nvtx_gpu_proj_sum" => Report::NvtxGpuProjSum,
+            _ => return None,
+        };
+        Some(report)
+    }
+
+    /// The data the report reads; the report needs every entry.
+    fn needs(self) -> &'static [Missing] {
+        const KERNEL: Missing = Missing {
+            data: "CUDA kernel data",
+            tables: &["CUPTI_ACTIVITY_KIND_KERNEL"],
+            why: "the capture traced no CUDA kernels",
+        };
+        const API: Missing = Missing {
+            data: "CUDA API data",
+            tables: &["CUPTI_ACTIVITY_KIND_RUNTIME"],
+            why: "the capture did not trace CUDA",
+        };
+        // cuda_api_sum words the same lack differently.
+        const API_TRACE: Missing = Missing {
+            data: "CUDA trace data",
+            ..API
+        };
+        const NVTX: Missing = Missing {
+            data: "NV Tools Extension (NVTX) data",
+            tables: &["NVTX_EVENTS"],
+            why: "the capture did not trace NVTX, or the program emitted none",
+        };
+        const MEMORY: Missing = Missing {
+            data: "GPU memory data",
+            tables: &["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"],
+            why: "the capture traced no memcpy or memset",
+        };
+        const GPU_OPS: Missing = Missing {
+            data: "GPU operation data",
+            tables: &[
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                "CUPTI_ACTIVITY_KIND_MEMCPY",
+                "CUPTI_ACTIVITY_KIND_MEMSET",
+            ],
+            why: "the capture traced no GPU work",
+        };
+        match self {
+            Report::CudaGpuKernSum(_) => &[KERNEL],
+            Report::CudaApiSum => &[API_TRACE],
+            Report::CudaGpuMemTimeSum | Report::CudaGpuMemSizeSum => &[MEMORY],
+            Report::NvtxSum => &[NVTX],
+            Report::NvtxKernSum(_) => &[NVTX, KERNEL, API],
+            Report::NvtxGpuProjSum => &[NVTX, API, GPU_OPS],
+        }
+    }
+}
+
+impl std::str::FromStr for Report {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Report, String> {
+        Report::from_name(s).ok_or_else(|| {
+            format!(
+                "unknown report `{s}` (expected one of: {})",
+                Report::NAMES.join(", ")
+            )
+        })
+    }
+}
+
+/// The export lacks the data a report needs: nsys prints `SKIPPED: FILE does not contain ...`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Missing {
+    /// What nsys calls the data (`CUDA kernel data`).
+    pub data: &'static str,
+    /// The tables any of which would hold it.
+    pub tables: &'static [&'static str],
+    /// Why an export lacks them.
+    pub why: &'static str,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "does not contain {} (no {} table: {})",
+            self.data,
+            self.tables.join(" or "),
+            self.why
+        )
+    }
+}
+
+impl std::error::Error for Missing {}
+
+/// Compute one report, or say which data the export lacks for it.
+pub fn report(trace: &Trace, report: Report) -> Result<Table, Missing> {
+    reports(trace, &[report]).remove(0)
+}
+
+/// Compute several reports of one trace, sharing the work they have in common.
+pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>> {
+    let shared = std::cell::OnceCell::new();
+    let attribution = || shared.get_or_init(|| attribution::Attribution::new(trace));
+    reports
+        .iter()
+        .map(|&report| {
+            for need in report.needs() {
+                let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
+                if need.tables.iter().all(absent) {
+                    return Err(*need);
+                }
+            }
+            Ok(match report {
+                Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, names),
+                Report::CudaApiSum => cuda_api_sum::table(trace),
+                Report::CudaGpuMemTimeSum => cuda_gpu_mem_sum::time_table(trace),
+                Report::CudaGpuMemSizeSum => cuda_gpu_mem_sum::size_table(trace),
+                Report::NvtxSum => nvtx_sum::table(trace),
+                Report::NvtxKernSum(names) => {
+                    nvtx_kern_sum::table_with(trace, attribution(), names)
+                }
+                Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table_with(trace, attribution()),
+            })
+        })
+        .collect()
+}
+
+/// A row of the reports that summarise durations by name (`cuda_gpu_kern_sum`, `cuda_api_sum`,
+/// `cuda_gpu_mem_time_sum`, `nvtx_sum`): the name's share of the summed time, and the summary
+/// of its durations in ns.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimeRow {
+    /// Percentage of the total of every row's time; `None` when that total is 0.
+    pub percent: Option<f64>,
+    pub summary: Summary,
+    pub name: String,
+}
+
+impl TimeRow {
+    /// One row per (name, durations) group, in no particular order; percentages of the sum of all
+    /// groups. Empty groups are dropped.
+    pub fn from_groups(groups: impl Iterator<Item = (String, Vec<i64>)>) -> Vec<TimeRow> {
+        let mut rows: Vec<TimeRow> = groups
+            .filter_map(|(name, mut d)| {
+                Some(TimeRow {
+                    percent: None,
+                    summary: Summary::of(&mut d)?,
+                    name,
+                })
+            })
+            .collect();
+        let grand: i64 = rows.iter().map(|r| r.summary.total).sum();
+        for r in &mut rows {
+            r.percent = summary::percent(r.summary.total, grand);
+        }
+        rows
+    }
+}
+
+/// The cells `Total Time (ns)` to `StdDev (ns)` of a duration summary.
+pub fn duration_cells(s: &Summary) -> [Cell; 7] {
+    [
+        Cell::Int(s.total),
+        Cell::Int(s.count as i64),
+        Cell::Float(s.mean, 1),
+        Cell::Float(s.median, 1),
+        Cell::Int(s.min),
+        Cell::Int(s.max),
+        Cell::Float(s.std_dev, 1),
+    ]
+}
+
+fn float_or_missing(v: Option<f64>, decimals: usize) -> Cell {
+    v.map_or(Cell::Missing, |v| Cell::Float(v, decimals))
+}
+
+/// A table of [`TimeRow`]s with nsys's columns: `Time (%)`, `Total Time (ns)`, `count_column`,
+/// `Avg (ns)` ... `StdDev (ns)`, `name_column`.
+pub fn time_table(rows: &[TimeRow], count_column: &str, name_column: &str) -> Table {
+    let mut t = Table::new([
+        "Time (%)",
+        "Total Time (ns)",
+        count_column,
+        "Avg (ns)",
+        "Med (ns)",
+        "Min (ns)",
+        "Max (ns)",
+        "StdDev (ns)",
+        name_column,
+    ]);
+    for r in rows {
+        let mut row = vec![float_or_missing(r.percent, 1)];
+        row.extend(duration_cells(&r.summary));
+        row.push(Cell::text(r.name.clone()));
+        t.push(row);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_names_round_trip() {
+        for name in Report::NAMES {
+            assert!(Report::from_name(name).is_some(), "{name}");
+        }
+        assert_eq!(
+            Report::from_name("cuda_gpu_kern_sum:base"),
+            Some(Report::CudaGpuKernSum(KernelName::Short))
+        );
+        assert_eq!(Report::from_name("nvtx_sum:base"), None);
+        assert_eq!(Report::from_name("cuda_gpu_kern_sum:bogus"), None);
+        assert_eq!(Report::from_name("osrt_sum"), None);
+        let err = "gpu_sum".parse::<Report>().unwrap_err();
+        assert!(err.starts_with("unknown report `gpu_sum`"), "{err}");
+    }
+
+    #[test]
+    fn missing_data_reads_like_nsys() {
+        let m = Report::CudaGpuKernSum(KernelName::Demangled).needs()[0];
+        assert_eq!(
+            m.to_string(),
+            "does not contain CUDA kernel data (no CUPTI_ACTIVITY_KIND_KERNEL table: the capture traced no CUDA kernels)"
+        );
+        let m = Report::CudaGpuMemSizeSum.needs()[0];
+        assert!(m
+            .to_string()
+            .contains("no CUPTI_ACTIVITY_KIND_MEMCPY or CUPTI_ACTIVITY_KIND_MEMSET table"));
+    }
+}

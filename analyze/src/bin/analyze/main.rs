@@ -3,6 +3,7 @@
 //! (`compare --fail-if-slower`), 2 for bad input or usage.
 
 mod compare;
+mod memory;
 mod profile;
 mod stats;
 
@@ -28,6 +29,8 @@ enum Command {
     Compare(compare::Args),
     /// Per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul inside attention.
     Profile(profile::Args),
+    /// Peaks, timelines, top allocations, categories and plots from PyTorch memory snapshots.
+    Memory(memory::Args),
 }
 
 /// What a subcommand asks `main` to do once it has finished.
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Profile(args) => profile::run(args),
+        Command::Memory(args) => memory::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,897 @@
+//! A pickle reader for plain data only: the containers and scalars that
+//! `torch.cuda.memory._dump_snapshot` writes (dict, list, tuple, set, str, bytes, int of any
+//! width, float, bool, None), with the memo and protocol-4 frames, for protocols 0 to 5.
+//!
+//! It never executes or emulates anything: every opcode that would import a name or call one
+//! (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, the
+//! extension registry, persistent ids, out-of-band buffers) stops the read with
+//! [`PickleError::Code`]. Opcodes it does not know stop it with [`PickleError::UnknownOpcode`],
+//! and input that ends early with [`PickleError::Truncated`].
+//!
+//! Hostile input is bounded: the reader is an iterative stack machine (no recursion), every
+//! length is checked against the bytes that are left before anything is allocated, and the memo
+//! holds handles rather than copies, so a value fetched a million times is stored once. Values
+//! live in an arena and are referred to by index; [`Value`] is `Copy`. Cycles (a list that
+//! contains itself) are representable; callers walk values along a known schema, never
+//! recursively without a bound.
+
+use std::collections::HashMap;
+
+/// One pickled value. Containers and strings are handles into the [`Pickle`] arena.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer that does not fit in 64 bits (index into the arena's big integers).
+    BigInt(u32),
+    Float(f64),
+    Str(u32),
+    Bytes(u32),
+    List(u32),
+    Tuple(u32),
+    Dict(u32),
+    Set(u32),
+}
+
+/// Why a pickle could not be read. Offsets are byte positions in the (decompressed) input.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PickleError {
+    /// The input ended inside an opcode or before `STOP`.
+    Truncated {
+        offset: u64,
+        context: &'static str,
+    },
+    UnknownOpcode {
+        opcode: u8,
+        offset: u64,
+    },
+    /// The pickle asks for a global or a call; `name` says which.
+    Code {
+        name: String,
+        offset: u64,
+    },
+    /// Well-formed bytes that do not make sense as plain data (stack underflow, bad memo key…).
+    Malformed {
+        offset: u64,
+        message: String,
+    },
+}
+
+impl std::fmt::Display for PickleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PickleError::Truncated { offset, context } => write!(
+                f,
+                "pickle is truncated: input ends at byte {offset} inside {context}"
+            ),
+            PickleError::UnknownOpcode { opcode, offset } => {
+                write!(
+                    f,
+                    "pickle opcode 0x{opcode:02x} at byte {offset} is not supported"
+                )
+            }
+            PickleError::Code { name, offset } => write!(
+                f,
+                "pickle asks for `{name}` at byte {offset}; only plain data is read, never code"
+            ),
+            PickleError::Malformed { offset, message } => {
+                write!(f, "malformed pickle at byte {offset}: {message}")
+            }
+        }
+    }
+}
+
+/// A fully read pickle: its root value and the arena the handles point into.
+#[derive(Debug, Default)]
+pub struct Pickle {
+    pub root: Option<Value>,
+    strings: Vec<Box<str>>,
+    bytes: Vec<Box<[u8]>>,
+    big_ints: Vec<Box<[u8]>>,
+    lists: Vec<Vec<Value>>,
+    dicts: Vec<Vec<(Value, Value)>>,
+}
+
+impl Pickle {
+    /// The root value (a successful [`parse`] always has one).
+    pub fn root(&self) -> Value {
+        self.root.unwrap_or(Value::None)
+    }
+
+    pub fn str(&self, v: Value) -> Option<&str> {
+        match v {
+            Value::Str(i) => self.strings.get(i as usize).map(|s| &**s),
+            _ => None,
+        }
+    }
+
+    pub fn bytes(&self, v: Value) -> Option<&[u8]> {
+        match v {
+            Value::Bytes(i) => self.bytes.get(i as usize).map(|b| &**b),
+            _ => None,
+        }
+    }
+
+    /// The items of a list, tuple or set.
+    pub fn seq(&self, v: Value) -> Option<&[Value]> {
+        match v {
+            Value::List(i) | Value::Tuple(i) | Value::Set(i) => {
+                self.lists.get(i as usize).map(|l| &l[..])
+            }
+            _ => None,
+        }
+    }
+
+    /// The entries of a dict in insertion order (later duplicates win in [`Pickle::get`]).
+    pub fn dict(&self, v: Value) -> Option<&[(Value, Value)]> {
+        match v {
+            Value::Dict(i) => self.dicts.get(i as usize).map(|d| &d[..]),
+            _ => None,
+        }
+    }
+
+    /// `dict[key]` for a string key, as Python would see it (the last assignment wins).
+    pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
+        self.dict(dict)?
+            .iter()
+            .rev()
+            .find(|(k, _)| self.str(*k) == Some(key))
+            .map(|(_, v)| *v)
+    }
+
+    /// The value as an integer, if it is one (bools count, as in Python).
+    pub fn int(&self, v: Value) -> Option<i64> {
+        match v {
+            Value::Int(i) => Some(i),
+            Value::Bool(b) => Some(i64::from(b)),
+            _ => None,
+        }
+    }
+
+    /// How many lists, tuples and sets the arena holds (their handles are below this).
+    pub fn list_count(&self) -> usize {
+        self.lists.len()
+    }
+
+    /// How many dicts the arena holds (their handles are below this).
+    pub fn dict_count(&self) -> usize {
+        self.dicts.len()
+    }
+
+    /// A short description of a value's type, for error messages.
+    pub fn type_name(&self, v: Value) -> &'static str {
+        match v {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::BigInt(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::Bytes(_) => "bytes",
+            Value::List(_) => "list",
+            Value::Tuple(_) => "tuple",
+            Value::Dict(_) => "dict",
+            Value::Set(_) => "set",
+        }
+    }
+
+    /// The value's type with an article, for messages: "an int", "a list", "None".
+    pub fn describe(&self, v: Value) -> &'static str {
+        match v {
+            Value::None => "None",
+            Value::Bool(_) => "a bool",
+            Value::Int(_) | Value::BigInt(_) => "an int",
+            Value::Float(_) => "a float",
+            Value::Str(_) => "a str",
+            Value::Bytes(_) => "bytes",
+            Value::List(_) => "a list",
+            Value::Tuple(_) => "a tuple",
+            Value::Dict(_) => "a dict",
+            Value::Set(_) => "a set",
+        }
+    }
+
+    /// A big integer's little-endian two's-complement bytes.
+    pub fn big_int(&self, v: Value) -> Option<&[u8]> {
+        match v {
+            Value::BigInt(i) => self.big_ints.get(i as usize).map(|b| &**b),
+            _ => None,
+        }
+    }
+
+    fn push_list(&mut self, items: Vec<Value>) -> Result<u32, String> {
+        let id = arena_id(self.lists.len())?;
+        self.lists.push(items);
+        Ok(id)
+    }
+
+    fn push_dict(&mut self, items: Vec<(Value, Value)>) -> Result<u32, String> {
+        let id = arena_id(self.dicts.len())?;
+        self.dicts.push(items);
+        Ok(id)
+    }
+
+    fn push_str(&mut self, s: Box<str>) -> Result<Value, String> {
+        let id = arena_id(self.strings.len())?;
+        self.strings.push(s);
+        Ok(Value::Str(id))
+    }
+
+    fn push_bytes(&mut self, b: &[u8]) -> Result<Value, String> {
+        let id = arena_id(self.bytes.len())?;
+        self.bytes.push(b.into());
+        Ok(Value::Bytes(id))
+    }
+}
+
+fn arena_id(len: usize) -> Result<u32, String> {
+    u32::try_from(len).map_err(|_| "too many objects".to_owned())
+}
+
+/// The memo: dense for the sequential indices `MEMOIZE` hands out, sparse for anything else so a
+/// `LONG_BINPUT 0xffffffff` costs one entry, not four billion.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Value>,
+    sparse: HashMap<u32, Value>,
+}
+
+impl Memo {
+    fn put(&mut self, index: u32, v: Value) {
+        let i = index as usize;
+        if i < self.dense.len() {
+            self.dense[i] = v;
+        } else if i == self.dense.len() {
+            self.dense.push(v);
+        } else {
+            self.sparse.insert(index, v);
+        }
+    }
+
+    fn get(&self, index: u32) -> Option<Value> {
+        self.dense
+            .get(index as usize)
+            .copied()
+            .or_else(|| self.sparse.get(&index).copied())
+    }
+
+    fn len(&self) -> usize {
+        self.dense.len() + self.sparse.len()
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, context: &'static str) -> Result<&'a [u8], PickleError> {
+        match self.pos.checked_add(n) {
+            Some(end) if end <= self.data.len() => {
+                let s = &self.data[self.pos..end];
+                self.pos = end;
+                Ok(s)
+            }
+            _ => Err(PickleError::Truncated {
+                offset: self.data.len() as u64,
+                context,
+            }),
+        }
+    }
+
+    fn u8(&mut self, context: &'static str) -> Result<u8, PickleError> {
+        Ok(self.take(1, context)?[0])
+    }
+
+    fn le<const N: usize>(&mut self, context: &'static str) -> Result<[u8; N], PickleError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N, context)?);
+        Ok(out)
+    }
+
+    /// A length prefix, checked against what is left so that nothing is allocated for bytes that
+    /// are not there.
+    fn len_prefixed(&mut self, n: u64, context: &'static str) -> Result<&'a [u8], PickleError> {
+        let left = (self.data.len() - self.pos) as u64;
+        if n > left {
+            return Err(PickleError::Truncated {
+                offset: self.data.len() as u64,
+                context,
+            });
+        }
+        self.take(n as usize, context)
+    }
+
+    /// A newline-terminated argument of the text opcodes (protocol 0).
+    fn line(&mut self, context: &'static str) -> Result<&'a [u8], PickleError> {
+        let rest = &self.data[self.pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                self.pos += i + 1;
+                Ok(&rest[..i])
+            }
+            None => Err(PickleError::Truncated {
+                offset: self.data.len() as u64,
+                context,
+            }),
+        }
+    }
+}
+
+/// Opcodes that import or call: refused, with the name a reader would see.
+fn code_opcode_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+/// The highest pickle protocol Python writes today.
+const HIGHEST_PROTOCOL: u8 = 5;
+
+/// Read a whole pickle. Bytes after `STOP` are ignored, as Python does.
+pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
+    let mut p = Pickle::default();
+    let mut r = Reader { data, pos: 0 };
+    let mut stack: Vec<Value> = Vec::new();
+    let mut marks: Vec<usize> = Vec::new();
+    let mut memo = Memo::default();
+
+    loop {
+        let at = r.pos as u64;
+        let op = r.u8("an opcode (no STOP before the end)")?;
+        let malformed = |message: String| PickleError::Malformed {
+            offset: at,
+            message,
+        };
+        let underflow = || PickleError::Malformed {
+            offset: at,
+            message: format!("opcode 0x{op:02x} needs a value but the stack is empty"),
+        };
+        match op {
+            0x80 => {
+                let proto = r.u8("PROTO")?;
+                if proto > HIGHEST_PROTOCOL {
+                    return Err(malformed(format!(
+                        "pickle protocol {proto} is not supported (0 to {HIGHEST_PROTOCOL})"
+                    )));
+                }
+            }
+            0x95 => {
+                // FRAME: a length hint only; the data follows inline.
+                r.le::<8>("FRAME")?;
+            }
+            b'.' => {
+                let root = stack.pop().ok_or_else(underflow)?;
+                p.root = Some(root);
+                return Ok(p);
+            }
+            b'(' => marks.push(stack.len()),
+            b'0' => {
+                stack.pop().ok_or_else(underflow)?;
+            }
+            b'1' => {
+                let m = marks
+                    .pop()
+                    .ok_or_else(|| malformed("POP_MARK without MARK".into()))?;
+                stack.truncate(m);
+            }
+            b'2' => {
+                let top = *stack.last().ok_or_else(underflow)?;
+                stack.push(top);
+            }
+            b'N' => stack.push(Value::None),
+            0x88 => stack.push(Value::Bool(true)),
+            0x89 => stack.push(Value::Bool(false)),
+            b'J' => stack.push(Value::Int(i64::from(i32::from_le_bytes(r.le("BININT")?)))),
+            b'K' => stack.push(Value::Int(i64::from(r.u8("BININT1")?))),
+            b'M' => stack.push(Value::Int(i64::from(u16::from_le_bytes(r.le("BININT2")?)))),
+            0x8a => {
+                let n = r.u8("LONG1")?;
+                let b = r.len_prefixed(u64::from(n), "LONG1")?;
+                let v = long_value(&mut p, b).map_err(malformed)?;
+                stack.push(v);
+            }
+            0x8b => {
+                let n = i32::from_le_bytes(r.le("LONG4")?);
+                if n < 0 {
+                    return Err(malformed("LONG4 with a negative length".into()));
+                }
+                let b = r.len_prefixed(n as u64, "LONG4")?;
+                let v = long_value(&mut p, b).map_err(malformed)?;
+                stack.push(v);
+            }
+            b'I' => {
+                let line = r.line("INT")?;
+                let v = match line {
+                    b"00" => Value::Bool(false),
+                    b"01" => Value::Bool(true),
+                    _ => Value::Int(parse_text_int(line).ok_or_else(|| {
+                        malformed(format!("INT argument {:?} is not a number", lossy(line)))
+                    })?),
+                };
+                stack.push(v);
+            }
+            b'L' => {
+                let line = r.line("LONG")?;
+                let digits = line.strip_suffix(b"L").unwrap_or(line);
+                let v = parse_text_int(digits).ok_or_else(|| {
+                    malformed(format!(
+                        "LONG argument {:?} is not a 64-bit number",
+                        lossy(line)
+                    ))
+                })?;
+                stack.push(Value::Int(v));
+            }
+            b'F' => {
+                let line = r.line("FLOAT")?;
+                let v: f64 = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .ok_or_else(|| {
+                        malformed(format!("FLOAT argument {:?} is not a number", lossy(line)))
+                    })?;
+                stack.push(Value::Float(v));
+            }
+            b'G' => stack.push(Value::Float(f64::from_be_bytes(r.le("BINFLOAT")?))),
+            b'X' => {
+                let n = u32::from_le_bytes(r.le("BINUNICODE")?);
+                let b = r.len_prefixed(u64::from(n), "BINUNICODE")?;
+                stack.push(p.push_str(utf8(b)).map_err(malformed)?);
+            }
+            0x8c => {
+                let n = r.u8("SHORT_BINUNICODE")?;
+                let b = r.len_prefixed(u64::from(n), "SHORT_BINUNICODE")?;
+                stack.push(p.push_str(utf8(b)).map_err(malformed)?);
+            }
+            0x8d => {
+                let n = u64::from_le_bytes(r.le("BINUNICODE8")?);
+                let b = r.len_prefixed(n, "BINUNICODE8")?;
+                stack.push(p.push_str(utf8(b)).map_err(malformed)?);
+            }
+            b'V' => {
+                let line = r.line("UNICODE")?;
+                stack.push(p.push_str(raw_unicode_escape(line)).map_err(malformed)?);
+            }
+            b'T' => {
+                let n = i32::from_le_bytes(r.le("BINSTRING")?);
+                if n < 0 {
+                    return Err(malformed("BINSTRING with a negative length".into()));
+                }
+                let b = r.len_prefixed(n as u64, "BINSTRING")?;
+                stack.push(p.push_str(utf8(b)).map_err(malformed)?);
+            }
+            b'U' => {
+                let n = r.u8("SHORT_BINSTRING")?;
+                let b = r.len_prefixed(u64::from(n), "SHORT_BINSTRING")?;
+                stack.push(p.push_str(utf8(b)).map_err(malformed)?);
+            }
+            b'S' => {
+                let line = r.line("STRING")?;
+                let s = python_string_literal(line)
+                    .ok_or_else(|| malformed("STRING argument is not a quoted string".into()))?;
+                stack.push(p.push_str(s).map_err(malformed)?);
+            }
+            b'B' => {
+                let n = u32::from_le_bytes(r.le("BINBYTES")?);
+                let b = r.len_prefixed(u64::from(n), "BINBYTES")?;
+                stack.push(p.push_bytes(b).map_err(malformed)?);
+            }
+            b'C' => {
+                let n = r.u8("SHORT_BINBYTES")?;
+                let b = r.len_prefixed(u64::from(n), "SHORT_BINBYTES")?;
+                stack.push(p.push_bytes(b).map_err(malformed)?);
+            }
+            0x8e | 0x96 => {
+                let n = u64::from_le_bytes(r.le("BINBYTES8")?);
+                let b = r.len_prefixed(n, "BINBYTES8")?;
+                stack.push(p.push_bytes(b).map_err(malformed)?);
+            }
+            b'}' => stack.push(Value::Dict(p.push_dict(Vec::new()).map_err(malformed)?)),
+            b']' => stack.push(Value::List(p.push_list(Vec::new()).map_err(malformed)?)),
+            b')' => stack.push(Value::Tuple(p.push_list(Vec::new()).map_err(malformed)?)),
+            0x8f => stack.push(Value::Set(p.push_list(Vec::new()).map_err(malformed)?)),
+            b'd' | b'l' | b't' | 0x91 => {
+                let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
+                let items = stack.split_off(m);
+                let v = match op {
+                    b'd' => {
+                        if items.len() & 1 == 1 {
+                            return Err(malformed("DICT with an odd number of items".into()));
+                        }
+                        let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+                        Value::Dict(p.push_dict(pairs).map_err(malformed)?)
+                    }
+                    b'l' => Value::List(p.push_list(items).map_err(malformed)?),
+                    b't' => Value::Tuple(p.push_list(items).map_err(malformed)?),
+                    _ => Value::Set(p.push_list(items).map_err(malformed)?),
+                };
+                stack.push(v);
+            }
+            0x85..=0x87 => {
+                let n = usize::from(op - 0x84);
+                if stack.len() < n {
+                    return Err(underflow());
+                }
+                let items = stack.split_off(stack.len() - n);
+                stack.push(Value::Tuple(p.push_list(items).map_err(malformed)?));
+            }
+            b'a' => {
+                let item = stack.pop().ok_or_else(underflow)?;
+                let target = *stack.last().ok_or_else(underflow)?;
+                match target {
+                    Value::List(i) => p.lists[i as usize].push(item),
+                    other => {
+                        return Err(malformed(format!(
+                            "APPEND to a {}, not a list",
+                            p.type_name(other)
+                        )))
+                    }
+                }
+            }
+            b'e' | 0x90 => {
+                let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
+                if m == 0 {
+                    return Err(underflow());
+                }
+                let items = stack.split_off(m);
+                match (op, stack[m - 1]) {
+                    (b'e', Value::List(i)) | (0x90, Value::Set(i)) => {
+                        p.lists[i as usize].extend(items)
+                    }
+                    (_, other) => {
+                        return Err(malformed(format!(
+                            "adding items to a {}",
+                            p.type_name(other)
+                        )))
+                    }
+                }
+            }
+            b's' => {
+                if stack.len() < 3 {
+                    return Err(underflow());
+                }
+                let v = stack.pop().ok_or_else(underflow)?;
+                let k = stack.pop().ok_or_else(underflow)?;
+                match stack[stack.len() - 1] {
+                    Value::Dict(i) => p.dicts[i as usize].push((k, v)),
+                    other => {
+                        return Err(malformed(format!(
+                            "SETITEM on a {}, not a dict",
+                            p.type_name(other)
+                        )))
+                    }
+                }
+            }
+            b'u' => {
+                let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
+                if m == 0 {
+                    return Err(underflow());
+                }
+                let items = stack.split_off(m);
+                if items.len() & 1 == 1 {
+                    return Err(malformed("SETITEMS with an odd number of items".into()));
+                }
+                match stack[m - 1] {
+                    Value::Dict(i) => {
+                        p.dicts[i as usize].extend(items.chunks_exact(2).map(|c| (c[0], c[1])))
+                    }
+                    other => {
+                        return Err(malformed(format!(
+                            "SETITEMS on a {}, not a dict",
+                            p.type_name(other)
+                        )))
+                    }
+                }
+            }
+            b'p' => {
+                let line = r.line("PUT")?;
+                let idx = parse_text_int(line)
+                    .and_then(|i| u32::try_from(i).ok())
+                    .ok_or_else(|| malformed("PUT with a bad memo index".into()))?;
+                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+            }
+            b'q' => {
+                let idx = u32::from(r.u8("BINPUT")?);
+                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+            }
+            b'r' => {
+                let idx = u32::from_le_bytes(r.le("LONG_BINPUT")?);
+                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+            }
+            0x94 => {
+                let idx =
+                    u32::try_from(memo.len()).map_err(|_| malformed("memo is full".into()))?;
+                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+            }
+            b'g' | b'h' | b'j' => {
+                let idx = match op {
+                    b'g' => {
+                        let line = r.line("GET")?;
+                        parse_text_int(line)
+                            .and_then(|i| u32::try_from(i).ok())
+                            .ok_or_else(|| malformed("GET with a bad memo index".into()))?
+                    }
+                    b'h' => u32::from(r.u8("BINGET")?),
+                    _ => u32::from_le_bytes(r.le("LONG_BINGET")?),
+                };
+                let v = memo
+                    .get(idx)
+                    .ok_or_else(|| malformed(format!("memo key {idx} was never stored")))?;
+                stack.push(v);
+            }
+            _ => {
+                if let Some(opname) = code_opcode_name(op) {
+                    let name = match op {
+                        b'c' | b'i' => {
+                            let module = r.line(opname)?;
+                            let name = r.line(opname)?;
+                            format!("{}.{}", lossy(module), lossy(name))
+                        }
+                        0x93 => match (stack.len() >= 2)
+                            .then(|| (stack[stack.len() - 2], stack[stack.len() - 1]))
+                        {
+                            Some((m, n)) if p.str(m).is_some() && p.str(n).is_some() => format!(
+                                "{}.{}",
+                                p.str(m).unwrap_or_default(),
+                                p.str(n).unwrap_or_default()
+                            ),
+                            _ => "a global (STACK_GLOBAL)".to_owned(),
+                        },
+                        b'R' | b'o' | 0x81 | 0x92 => format!("a function call ({opname})"),
+                        b'b' => "an object's __setstate__ (BUILD)".to_owned(),
+                        _ => format!("an external object ({opname})"),
+                    };
+                    return Err(PickleError::Code { name, offset: at });
+                }
+                return Err(PickleError::UnknownOpcode {
+                    opcode: op,
+                    offset: at,
+                });
+            }
+        }
+    }
+}
+
+/// The stack position of the innermost MARK, checked against the stack (values popped below a
+/// mark would otherwise make the mark point past the end).
+fn pop_mark(marks: &mut Vec<usize>, stack_len: usize) -> Result<usize, String> {
+    match marks.pop() {
+        Some(m) if m <= stack_len => Ok(m),
+        Some(_) => Err("values were popped below a MARK".into()),
+        None => Err("an opcode needs a MARK but there is none".into()),
+    }
+}
+
+/// A little-endian two's-complement integer (LONG1/LONG4).
+fn long_value(p: &mut Pickle, b: &[u8]) -> Result<Value, String> {
+    if b.is_empty() {
+        return Ok(Value::Int(0));
+    }
+    if b.len() <= 8 {
+        let negative = b[b.len() - 1] & 0x80 != 0;
+        let mut buf = if negative { [0xffu8; 8] } else { [0u8; 8] };
+        buf[..b.len()].copy_from_slice(b);
+        return Ok(Value::Int(i64::from_le_bytes(buf)));
+    }
+    // Wider encodings of a value that still fits (redundant sign bytes) stay plain ints.
+    let negative = b[b.len() - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0 };
+    if b[8..].iter().all(|&x| x == fill) && ((b[7] & 0x80 != 0) == negative) {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(&b[..8]);
+        return Ok(Value::Int(i64::from_le_bytes(buf)));
+    }
+    let id = arena_id(p.big_ints.len())?;
+    p.big_ints.push(b.into());
+    Ok(Value::BigInt(id))
+}
+
+fn parse_text_int(line: &[u8]) -> Option<i64> {
+    std::str::from_utf8(line).ok()?.trim().parse().ok()
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Python writes strings with `surrogatepass`; anything that is not valid UTF-8 is replaced
+/// rather than refused, since only names and paths are ever read from them.
+fn utf8(b: &[u8]) -> Box<str> {
+    String::from_utf8_lossy(b).into()
+}
+
+/// Protocol 0 `UNICODE`: raw-unicode-escape, i.e. latin-1 with `\uXXXX` and `\UXXXXXXXX`.
+fn raw_unicode_escape(line: &[u8]) -> Box<str> {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if b == b'\\' && i + 1 < line.len() && (line[i + 1] == b'u' || line[i + 1] == b'U') {
+            let n = if line[i + 1] == b'u' { 4 } else { 8 };
+            let hex = line.get(i + 2..i + 2 + n);
+            if let Some(c) = hex
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+            {
+                out.push(c);
+                i += 2 + n;
+                continue;
+            }
+        }
+        out.push(char::from(b));
+        i += 1;
+    }
+    out.into()
+}
+
+/// Protocol 0 `STRING`: a quoted Python 2 `str` literal with backslash escapes.
+fn python_string_literal(line: &[u8]) -> Option<Box<str>> {
+    let q = *line.first()?;
+    if line.len() < 2 || (q != b'\'' && q != b'"') || *line.last()? != q {
+        return None;
+    }
+    let body = &line[1..line.len() - 1];
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] == b'\\' && i + 1 < body.len() {
+            let e = body[i + 1];
+            i += 2;
+            match e {
+                b'n' => out.push(b'\n'),
+                b't' => out.push(b'\t'),
+                b'r' => out.push(b'\r'),
+                b'\\' | b'\'' | b'"' => out.push(e),
+                b'x' => {
+                    let h = body.get(i..i + 2)?;
+                    out.push(u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()?);
+                    i += 2;
+                }
+                other => {
+                    out.push(b'\\');
+                    out.push(other);
+                }
+            }
+        } else {
+            out.push(body[i]);
+            i += 1;
+        }
+    }
+    Some(utf8(&out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(data: &[u8]) -> Pickle {
+        parse(data).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn reads_a_protocol_4_dict_with_memo() {
+        // pickle.dumps({'a': [1, -2, 3.5, None, True], 'b': ('x', b'y'), 'c': 2**70}, protocol=4)
+        let data = b"\x80\x04\x95<\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffG@\x0c\x00\x00\x00\x00\x00\x00N\x88e\x8c\x01b\x94\x8c\x01x\x94C\x01y\x94\x86\x94\x8c\x01c\x94\x8a\t\x00\x00\x00\x00\x00\x00\x00\x00@u.";
+        let p = ok(data);
+        let root = p.root();
+        let a = p.get(root, "a").unwrap();
+        let items = p.seq(a).unwrap();
+        assert_eq!(items[0], Value::Int(1));
+        assert_eq!(items[1], Value::Int(-2));
+        assert_eq!(items[2], Value::Float(3.5));
+        assert_eq!(items[3], Value::None);
+        assert_eq!(items[4], Value::Bool(true));
+        let b = p.seq(p.get(root, "b").unwrap()).unwrap();
+        assert_eq!(p.str(b[0]), Some("x"));
+        assert_eq!(p.bytes(b[1]), Some(&b"y"[..]));
+        let c = p.get(root, "c").unwrap();
+        assert_eq!(p.big_int(c).map(|b| b.len()), Some(9));
+    }
+
+    #[test]
+    fn reads_protocol_0_text_opcodes() {
+        // pickle.dumps({'k': [1, 'v']}, protocol=0)
+        let data = b"(dp0\nVk\np1\n(lp2\nI1\naVv\np3\nas.";
+        let p = ok(data);
+        let l = p.seq(p.get(p.root(), "k").unwrap()).unwrap();
+        assert_eq!(l[0], Value::Int(1));
+        assert_eq!(p.str(l[1]), Some("v"));
+    }
+
+    #[test]
+    fn refuses_globals_and_calls_by_name() {
+        // pickle.dumps(os.system, protocol=2): GLOBAL 'posix system'
+        let e = parse(b"\x80\x02cposix\nsystem\nq\x00.").unwrap_err();
+        assert_eq!(
+            e,
+            PickleError::Code {
+                name: "posix.system".into(),
+                offset: 2
+            }
+        );
+        // protocol 4: STACK_GLOBAL after two strings
+        let e = parse(b"\x80\x04\x8c\x02os\x8c\x06system\x93.").unwrap_err();
+        assert!(matches!(e, PickleError::Code { ref name, offset: 14 } if name == "os.system"));
+        let e = parse(b"\x80\x02N)R.").unwrap_err();
+        assert!(matches!(e, PickleError::Code { ref name, .. } if name.contains("REDUCE")));
+    }
+
+    #[test]
+    fn truncation_and_unknown_opcodes_are_errors() {
+        assert!(matches!(
+            parse(b"\x80\x04\x8c\x05ab").unwrap_err(),
+            PickleError::Truncated { .. }
+        ));
+        assert!(matches!(
+            parse(b"\x80\x04]").unwrap_err(),
+            PickleError::Truncated { .. }
+        ));
+        assert_eq!(
+            parse(b"\x80\x04\xff").unwrap_err(),
+            PickleError::UnknownOpcode {
+                opcode: 0xff,
+                offset: 2
+            }
+        );
+    }
+
+    #[test]
+    fn huge_declared_lengths_do_not_allocate() {
+        let mut data = b"\x80\x04\x8d".to_vec();
+        data.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            parse(&data).unwrap_err(),
+            PickleError::Truncated { .. }
+        ));
+    }
+
+    #[test]
+    fn shared_values_are_stored_once() {
+        // A list holding the same memoised string 200 times.
+        let mut data = b"\x80\x04]\x94(\x8c\x03abc\x94".to_vec();
+        for _ in 0..199 {
+            data.extend_from_slice(b"h\x01");
+        }
+        data.extend_from_slice(b"e.");
+        let p = ok(&data);
+        assert_eq!(p.seq(p.root()).unwrap().len(), 200);
+        assert_eq!(p.strings.len(), 1);
+    }
+
+    #[test]
+    fn a_list_may_contain_itself() {
+        // l = []; l.append(l)
+        let p = ok(b"\x80\x04]\x94h\x00a.");
+        let items = p.seq(p.root()).unwrap();
+        assert_eq!(items[0], p.root());
+    }
+
+    #[test]
+    fn stack_underflow_is_malformed() {
+        assert!(matches!(
+            parse(b"\x80\x04a.").unwrap_err(),
+            PickleError::Malformed { .. }
+        ));
+        assert!(matches!(
+            parse(b"\x80\x04.").unwrap_err(),
+            PickleError::Malformed { .. }
+        ));
+    }
+}

@@ -1,0 +1,274 @@
+//! The memory charts, as data for [`crate::plot`]: the allocated-memory timeline (reserved
+//! beside it, phases shaded, the peak marked, the bytes allocated before recording as a
+//! reference line) and the stacked bar of categories at the peak (one bar per snapshot).
+
+use plotters::style::RGBColor;
+
+use super::categories::{self, BUILTIN};
+use super::phases::Phase;
+use super::summary::{Analysis, MemoryReport};
+use crate::plot::{Band, Bar, HLine, Marker, Series, StackedBars, Timeline, PALETTE};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Unit for an axis whose largest value is `max_bytes`.
+fn unit(max_bytes: u64) -> (f64, &'static str) {
+    if max_bytes as f64 >= GIB {
+        (GIB, "GiB")
+    } else {
+        (MIB, "MiB")
+    }
+}
+
+fn phase_color(p: Phase) -> RGBColor {
+    match p {
+        Phase::Forward => RGBColor(31, 119, 180),
+        Phase::Backward => RGBColor(230, 110, 0),
+        Phase::Optimizer => RGBColor(44, 160, 44),
+    }
+}
+
+/// The colour of a category in every chart.
+pub fn category_color(name: &str) -> Option<RGBColor> {
+    let c = match name {
+        categories::PARAMETERS => RGBColor(31, 119, 180),
+        categories::GRADIENTS => RGBColor(255, 127, 14),
+        categories::OPTIMIZER_STATE => RGBColor(44, 160, 44),
+        categories::OPTIMIZER_TEMP => RGBColor(152, 223, 138),
+        categories::ATTENTION => RGBColor(214, 39, 40),
+        categories::SOFTMAX => RGBColor(255, 152, 150),
+        categories::FFN => RGBColor(148, 103, 189),
+        categories::NORM => RGBColor(140, 86, 75),
+        categories::EMBEDDING => RGBColor(188, 189, 34),
+        categories::LOGITS => RGBColor(23, 190, 207),
+        categories::ACTIVATIONS_OTHER => RGBColor(174, 199, 232),
+        categories::BACKWARD => RGBColor(255, 187, 120),
+        categories::AUTOCAST => RGBColor(227, 119, 194),
+        categories::WORKSPACE => RGBColor(99, 99, 99),
+        categories::BEFORE_RECORDING => RGBColor(199, 199, 199),
+        categories::OTHER => RGBColor(219, 219, 141),
+        _ => return None,
+    };
+    Some(c)
+}
+
+/// The timeline chart of one analysed snapshot.
+pub fn timeline_chart(a: &Analysis) -> Timeline {
+    let r = &a.report;
+    let tl = &a.timeline;
+    let t0 = tl.first_time_us();
+    let has_time = t0.is_some() && tl.points.iter().all(|p| p.time_us.is_some());
+    let x_of = |entry: usize| -> f64 {
+        match (has_time, t0) {
+            (true, Some(t0)) => tl.points[entry]
+                .time_us
+                .map_or(0.0, |t| (t as f64 - t0 as f64) / 1000.0),
+            _ => entry as f64,
+        }
+    };
+    let max_bytes = tl
+        .points
+        .iter()
+        .map(|p| p.reserved.max(p.allocated))
+        .max()
+        .unwrap_or(r.end_reserved_bytes)
+        .max(tl.start_reserved);
+    let (div, unit_name) = unit(max_bytes);
+    let y = |b: u64| b as f64 / div;
+
+    let mut allocated: Vec<(f64, f64)> = Vec::with_capacity(tl.points.len() + 1);
+    let mut reserved: Vec<(f64, f64)> = Vec::with_capacity(tl.points.len() + 1);
+    if let Some(first) = tl.points.first() {
+        allocated.push((x_of(first.entry), y(tl.start_allocated)));
+        reserved.push((x_of(first.entry), y(tl.start_reserved)));
+    }
+    for p in &tl.points {
+        let x = x_of(p.entry);
+        // Steps: the value holds until the next event.
+        if let Some(&(_, prev)) = allocated.last() {
+            allocated.push((x, prev));
+        }
+        allocated.push((x, y(p.allocated)));
+        if let Some(&(_, prev)) = reserved.last() {
+            reserved.push((x, prev));
+        }
+        reserved.push((x, y(p.reserved)));
+    }
+    if tl.points.is_empty() {
+        // No trace: a flat line at the end state.
+        allocated = vec![
+            (0.0, y(r.end_allocated_bytes)),
+            (1.0, y(r.end_allocated_bytes)),
+        ];
+        reserved = vec![
+            (0.0, y(r.end_reserved_bytes)),
+            (1.0, y(r.end_reserved_bytes)),
+        ];
+    }
+    let allocated = crate::plot::decimate_minmax(&allocated, 1500);
+    let reserved = crate::plot::decimate_minmax(&reserved, 1500);
+
+    let bands = a
+        .spans
+        .iter()
+        .map(|s| {
+            // A band reaches to where the next one begins, so phases tile the axis.
+            let end_entry = (s.last_entry + 1).min(tl.points.len().saturating_sub(1));
+            Band {
+                start: x_of(s.first_entry),
+                end: x_of(end_entry),
+                label: s.phase.name().to_owned(),
+                color: phase_color(s.phase),
+            }
+        })
+        .collect();
+
+    let marker = r.peak_entry.map(|e| Marker {
+        x: x_of(e),
+        y: y(r.peak_allocated_bytes),
+        label: format!(
+            "peak {:.2} {unit_name}{}",
+            y(r.peak_allocated_bytes),
+            match (has_time, r.peak_time_us) {
+                (true, Some(t)) => format!(" at {:.1} ms", t / 1000.0),
+                _ => format!(" at entry {e}"),
+            }
+        ),
+    });
+    let hlines = if r.start_allocated_bytes > 0 && !tl.points.is_empty() {
+        vec![HLine {
+            y: y(r.start_allocated_bytes),
+            label: format!(
+                "allocated before recording: {:.2} {unit_name}",
+                y(r.start_allocated_bytes)
+            ),
+        }]
+    } else {
+        Vec::new()
+    };
+
+    let mut subtitle = format!(
+        "peak allocated {:.2} {unit_name}, peak reserved {:.2} {unit_name}",
+        y(r.peak_allocated_bytes),
+        y(r.peak_reserved_bytes)
+    );
+    if let Some(f) = r.forward_peak_bytes {
+        subtitle.push_str(&format!(", forward peak {:.2} {unit_name}", y(f)));
+    }
+    subtitle.push_str(&format!(", device {}", r.device));
+
+    Timeline {
+        title: format!("Memory timeline: {}", r.label),
+        subtitle: Some(subtitle),
+        x_label: if has_time {
+            "time since recording began (ms)".into()
+        } else {
+            "trace entry".into()
+        },
+        y_label: format!("memory ({unit_name})"),
+        series: vec![
+            Series {
+                name: "allocated".into(),
+                points: allocated,
+                color: RGBColor(31, 119, 180),
+                filled: true,
+            },
+            Series {
+                name: "reserved".into(),
+                points: reserved,
+                color: RGBColor(120, 120, 120),
+                filled: false,
+            },
+        ],
+        bands,
+        marker,
+        hlines,
+        width: 1280,
+        height: 640,
+    }
+}
+
+/// Stacked bars of the categories at the peak, one bar per report.
+pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
+    let max = reports
+        .iter()
+        .map(|r| r.peak_allocated_bytes)
+        .max()
+        .unwrap_or(0);
+    let (div, unit_name) = unit(max);
+    let bars: Vec<Bar> = reports
+        .iter()
+        .map(|r| Bar {
+            label: r.label.clone(),
+            parts: r
+                .categories_at_peak
+                .iter()
+                .map(|c| (c.category.clone(), c.bytes as f64 / div))
+                .collect(),
+        })
+        .collect();
+    // Every category of every bar, in display order, each with its colour.
+    let names: Vec<String> = categories::breakdown(reports.iter().flat_map(|r| {
+        r.categories_at_peak
+            .iter()
+            .map(|c| (c.bytes, c.category.as_str()))
+    }))
+    .into_iter()
+    .map(|c| c.category)
+    .collect();
+    let mut spare = PALETTE.iter().cycle();
+    let colors = names
+        .iter()
+        .map(|n| {
+            let c = category_color(n).unwrap_or_else(|| *spare.next().unwrap_or(&PALETTE[0]));
+            (n.clone(), c)
+        })
+        .collect();
+    // With one bar the legend carries the numbers; with several, just the names.
+    let legend = if let [r] = reports {
+        r.categories_at_peak
+            .iter()
+            .map(|c| {
+                (
+                    c.category.clone(),
+                    format!(
+                        "{}  {:.2} {unit_name} ({:.1}%)",
+                        c.category,
+                        c.bytes as f64 / div,
+                        c.share * 100.0
+                    ),
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let title = match reports {
+        [r] => format!("Memory at the peak by category: {}", r.label),
+        _ => "Memory at the peak by category".to_owned(),
+    };
+    let subtitle = match reports {
+        [r] => Some(format!(
+            "{:.2} {unit_name} allocated at the peak; categories from stack frames ({} built-in kinds, user rules first)",
+            r.peak_allocated_bytes as f64 / div,
+            BUILTIN.len()
+        )),
+        _ => None,
+    };
+    let height = if reports.len() > 1 {
+        (160 + 56 * reports.len() as u32).max(480)
+    } else {
+        640
+    };
+    StackedBars {
+        title,
+        subtitle,
+        value_label: format!("allocated at the peak ({unit_name})"),
+        bars,
+        colors,
+        legend,
+        width: if reports.len() > 1 { 1400 } else { 1000 },
+        height,
+    }
+}

@@ -1,0 +1,471 @@
+//! One snapshot's results: [`MemoryReport`] (serializable, the unit a report over many runs is
+//! built from), made by [`analyze`] from a loaded snapshot, with the run's name parsed from its
+//! file name (`memsnap_medium_ctx256_train_fp32`) and a `memory_viz`-like summary of the
+//! allocator's segments. The tables built from reports are in [`super::tables`].
+//!
+//! Everything here is pure: the caller reads files and chooses labels.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::categories::{breakdown, CategoryShare, Rules};
+use super::inference::categorize;
+use super::peak::{top_allocations, TopAllocation};
+use super::phases::{spans, stack_phases, Phase, PhaseSpan};
+use super::timeline::{replay, Timeline};
+use super::{BlockState, SegmentKind, Snapshot, SnapshotFormat};
+
+/// What to compute.
+#[derive(Clone, Debug)]
+pub struct MemoryOptions {
+    /// How many allocations to list at the peak.
+    pub top: usize,
+    /// Device to analyse; by default the one with the highest peak.
+    pub device: Option<i64>,
+    /// Name of the run in tables; by default the caller passes the file name.
+    pub label: String,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions {
+            top: 10,
+            device: None,
+            label: String::new(),
+        }
+    }
+}
+
+/// Model, context length, mode and precision of a run, read from its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RunName {
+    pub model: Option<String>,
+    pub ctx: Option<u32>,
+    /// `forward` or `train`.
+    pub mode: Option<String>,
+    /// `fp32`, `bf16`, `fp16` or `amp`.
+    pub precision: Option<String>,
+}
+
+/// Read model/ctx/mode/precision from a name such as `memsnap_medium_ctx256_train_fp32.pickle.gz`
+/// or `medium_128_training_memory_snapshot.pickle`.
+pub fn parse_run_name(name: &str) -> RunName {
+    let stem = name
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(name)
+        .trim_end_matches(".gz")
+        .trim_end_matches(".pickle")
+        .trim_end_matches(".pkl");
+    let tokens: Vec<String> = stem
+        .split(['_', '-', '.', ' '])
+        .filter(|t| !t.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut r = RunName::default();
+    const MODELS: [&str; 7] = ["tiny", "small", "medium", "large", "xl", "2.7b", "2p7b"];
+    for (i, t) in tokens.iter().enumerate() {
+        if r.model.is_none() && MODELS.contains(&t.as_str()) {
+            r.model = Some(t.clone());
+            // `medium_128`: a bare number right after the model is the context length.
+            if let Some(n) = tokens.get(i + 1).and_then(|n| n.parse().ok()) {
+                r.ctx.get_or_insert(n);
+            }
+        }
+        if let Some(n) = t
+            .strip_prefix("ctx")
+            .or_else(|| t.strip_prefix("context"))
+            .or_else(|| t.strip_prefix("seq"))
+            .and_then(|n| n.parse().ok())
+        {
+            r.ctx = Some(n);
+        }
+        let mode = match t.as_str() {
+            "forward" | "fwd" | "inference" | "infer" | "eval" => Some("forward"),
+            "train" | "training" | "fullstep" | "step" | "full" | "backward" | "bwd" => {
+                Some("train")
+            }
+            _ => None,
+        };
+        if let (None, Some(m)) = (&r.mode, mode) {
+            r.mode = Some(m.to_owned());
+        }
+        let precision = match t.as_str() {
+            "fp32" | "float32" | "f32" => Some("fp32"),
+            "bf16" | "bfloat16" => Some("bf16"),
+            "fp16" | "float16" | "half" => Some("fp16"),
+            "amp" | "autocast" | "mixed" => Some("amp"),
+            _ => None,
+        };
+        if let (None, Some(p)) = (&r.precision, precision) {
+            r.precision = Some(p.to_owned());
+        }
+    }
+    r
+}
+
+/// A phase span with times relative to the window's start.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTimes {
+    pub phase: Phase,
+    pub first_entry: usize,
+    pub last_entry: usize,
+    pub start_us: Option<f64>,
+    pub end_us: Option<f64>,
+}
+
+/// The allocator's segments at the end of the window, as `memory_viz`'s `stats`/`segsum`
+/// summarise them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SegmentStats {
+    pub segments: usize,
+    pub large_segments: usize,
+    pub small_segments: usize,
+    pub reserved_bytes: u64,
+    /// Blocks held by tensors, as the allocator counts them.
+    pub allocated_bytes: u64,
+    /// What those tensors asked for.
+    pub requested_bytes: u64,
+    /// Reserved but not allocated.
+    pub free_bytes: u64,
+    /// Allocated minus requested: rounding and unsplit blocks.
+    pub internal_free_bytes: u64,
+    /// Largest free (inactive) block: the largest request served without a new `cudaMalloc`.
+    pub largest_free_block_bytes: u64,
+    /// Free (reserved but unallocated) bytes as a fraction of reserved: what PyTorch's
+    /// out-of-memory message calls fragmentation.
+    pub fragmentation: f64,
+}
+
+/// Segment statistics of one device's end state.
+pub fn segment_stats(snap: &Snapshot, device: i64) -> SegmentStats {
+    let mut s = SegmentStats::default();
+    for seg in snap.segments.iter().filter(|g| g.device == device) {
+        s.segments += 1;
+        match seg.kind {
+            SegmentKind::Large => s.large_segments += 1,
+            SegmentKind::Small => s.small_segments += 1,
+            SegmentKind::Unknown => {}
+        }
+        s.reserved_bytes = s.reserved_bytes.saturating_add(seg.total_size);
+        for b in &seg.blocks {
+            match b.state {
+                BlockState::ActiveAllocated => {
+                    s.allocated_bytes = s.allocated_bytes.saturating_add(b.size);
+                    s.requested_bytes = s.requested_bytes.saturating_add(b.requested_size);
+                }
+                BlockState::Inactive => {
+                    s.largest_free_block_bytes = s.largest_free_block_bytes.max(b.size);
+                }
+                BlockState::ActivePendingFree => {}
+            }
+        }
+    }
+    s.free_bytes = s.reserved_bytes.saturating_sub(s.allocated_bytes);
+    s.internal_free_bytes = s.allocated_bytes.saturating_sub(s.requested_bytes);
+    s.fragmentation = if s.reserved_bytes > 0 {
+        s.free_bytes as f64 / s.reserved_bytes as f64
+    } else {
+        0.0
+    };
+    s
+}
+
+/// Bytes live at the peak on one CUDA stream.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StreamShare {
+    /// The stream as PyTorch records it (a `cudaStream_t` value; 0 is the default stream).
+    pub stream: u64,
+    pub bytes: u64,
+    pub count: usize,
+}
+
+/// Consistency counters of the replay (all zero on a healthy snapshot).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReplayChecks {
+    pub size_fallbacks: usize,
+    pub unmatched_frees: usize,
+    /// End-state allocated bytes minus the replay's final value.
+    pub end_mismatch_bytes: i64,
+}
+
+/// Everything `analyze memory` reports about one snapshot.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryReport {
+    pub label: String,
+    pub run: RunName,
+    pub format: SnapshotFormat,
+    pub device: i64,
+    pub devices: Vec<i64>,
+    pub trace_entries: usize,
+    /// Length of the recorded window in µs (`None` without times).
+    pub window_us: Option<f64>,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// µs after the window's first entry (`None` without times or without a trace).
+    pub peak_time_us: Option<f64>,
+    /// Trace entry at which the peak is reached (`None`: no trace, the end state is the peak).
+    pub peak_entry: Option<usize>,
+    pub peak_phase: Option<Phase>,
+    pub reserved_at_peak_bytes: u64,
+    /// Highest allocated bytes during forward phases (`None` when frames reveal no forward).
+    pub forward_peak_bytes: Option<u64>,
+    /// Allocated at the start of the window: made before recording began.
+    pub start_allocated_bytes: u64,
+    pub end_allocated_bytes: u64,
+    pub end_reserved_bytes: u64,
+    pub top_allocations: Vec<TopAllocation>,
+    pub categories_at_peak: Vec<CategoryShare>,
+    /// Live bytes per stream at the peak, largest first.
+    pub streams_at_peak: Vec<StreamShare>,
+    pub phases: Vec<PhaseTimes>,
+    pub stats: SegmentStats,
+    pub oom_events: usize,
+    pub checks: ReplayChecks,
+}
+
+/// A report with the timeline and phase spans it was made from (for plots).
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    pub report: MemoryReport,
+    pub timeline: Timeline,
+    pub spans: Vec<PhaseSpan>,
+    /// Category of every allocation of the timeline.
+    pub categories: Vec<String>,
+}
+
+/// Analyse one snapshot.
+pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis {
+    let devices = snap.devices();
+    let device = match (opts.device, devices.as_slice()) {
+        (Some(d), _) => d,
+        (None, []) => 0,
+        (None, [d]) => *d,
+        // The device with the highest peak, so a stray allocation on another GPU does not win.
+        (None, many) => many
+            .iter()
+            .copied()
+            .max_by_key(|&d| {
+                let tl = replay(snap, d);
+                tl.peak_allocated()
+                    .map_or(tl.end_allocated, |p| p.allocated)
+            })
+            .unwrap_or(0),
+    };
+    let timeline = replay(snap, device);
+    let trace = snap.trace(device);
+    let phase_of = stack_phases(&snap.frames);
+    let spans = spans(trace, &phase_of);
+    let categories = categorize(snap, &timeline, rules);
+
+    let t0 = timeline.first_time_us();
+    let rel = |entry: usize| -> Option<f64> {
+        let t = timeline.points.get(entry)?.time_us?;
+        // In floating point: hostile timestamps must not overflow.
+        Some(t as f64 - t0? as f64)
+    };
+    let peak = timeline.peak_allocated();
+    let peak_entry = peak.map(|p| p.entry);
+    let (peak_allocated, reserved_at_peak) = match peak {
+        Some(p) => (p.allocated, p.reserved),
+        None => (timeline.end_allocated, timeline.end_reserved),
+    };
+    let peak_reserved = timeline
+        .peak_reserved()
+        .map_or(timeline.end_reserved, |p| p.reserved)
+        .max(timeline.start_reserved);
+    let forward_peak = spans
+        .iter()
+        .filter(|s| s.phase == Phase::Forward)
+        .filter_map(|s| {
+            timeline.points[s.first_entry..=s.last_entry]
+                .iter()
+                .map(|p| p.allocated)
+                .max()
+        })
+        .max();
+    let peak_phase = peak_entry.and_then(|e| {
+        spans
+            .iter()
+            .find(|s| s.first_entry <= e && e <= s.last_entry)
+            .map(|s| s.phase)
+    });
+    let at_peak: Vec<(u64, &str)> = timeline
+        .allocations
+        .iter()
+        .zip(&categories)
+        .filter(|(a, _)| a.live_after(peak_entry))
+        .map(|(a, c)| (a.size, c.as_str()))
+        .collect();
+    let mut streams: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    for a in timeline
+        .allocations
+        .iter()
+        .filter(|a| a.live_after(peak_entry))
+    {
+        let e = streams.entry(a.stream).or_default();
+        e.0 = e.0.saturating_add(a.size);
+        e.1 += 1;
+    }
+    let mut streams_at_peak: Vec<StreamShare> = streams
+        .into_iter()
+        .map(|(stream, (bytes, count))| StreamShare {
+            stream,
+            bytes,
+            count,
+        })
+        .collect();
+    streams_at_peak.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+    let final_allocated = timeline
+        .points
+        .last()
+        .map_or(timeline.start_allocated, |p| p.allocated);
+    let report = MemoryReport {
+        label: opts.label.clone(),
+        run: parse_run_name(&opts.label),
+        format: snap.format.clone(),
+        device,
+        devices,
+        trace_entries: trace.len(),
+        window_us: trace.len().checked_sub(1).and_then(rel),
+        peak_allocated_bytes: peak_allocated,
+        peak_reserved_bytes: peak_reserved,
+        peak_time_us: peak_entry.and_then(rel),
+        peak_entry,
+        peak_phase,
+        reserved_at_peak_bytes: reserved_at_peak,
+        forward_peak_bytes: forward_peak,
+        start_allocated_bytes: timeline.start_allocated,
+        end_allocated_bytes: timeline.end_allocated,
+        end_reserved_bytes: timeline.end_reserved,
+        top_allocations: top_allocations(
+            &snap.frames,
+            &timeline,
+            &categories,
+            peak_entry,
+            opts.top,
+        ),
+        categories_at_peak: breakdown(at_peak),
+        streams_at_peak,
+        phases: spans
+            .iter()
+            .map(|s| PhaseTimes {
+                phase: s.phase,
+                first_entry: s.first_entry,
+                last_entry: s.last_entry,
+                start_us: rel(s.first_entry),
+                end_us: rel(s.last_entry),
+            })
+            .collect(),
+        stats: segment_stats(snap, device),
+        oom_events: timeline.oom_entries.len(),
+        checks: ReplayChecks {
+            size_fallbacks: timeline.size_fallbacks,
+            unmatched_frees: timeline.unmatched_frees,
+            end_mismatch_bytes: (i128::from(timeline.end_allocated) - i128::from(final_allocated))
+                .clamp(i128::from(i64::MIN), i128::from(i64::MAX))
+                as i64,
+        },
+    };
+    Analysis {
+        report,
+        timeline,
+        spans,
+        categories,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Action, Block, Segment, StackId, TraceEntry};
+    use super::*;
+
+    fn segment(device: i64, address: u64, size: u64, live: u64) -> Segment {
+        Segment {
+            device,
+            address,
+            total_size: size,
+            stream: 0,
+            kind: SegmentKind::Large,
+            is_expandable: false,
+            blocks: vec![
+                Block {
+                    address,
+                    size: live,
+                    requested_size: live,
+                    state: BlockState::ActiveAllocated,
+                    stack: StackId::EMPTY,
+                },
+                Block {
+                    address: address + live,
+                    size: size - live,
+                    requested_size: 0,
+                    state: BlockState::Inactive,
+                    stack: StackId::EMPTY,
+                },
+            ],
+        }
+    }
+
+    fn alloc_free(addr: u64, size: u64) -> Vec<TraceEntry> {
+        [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
+            .into_iter()
+            .enumerate()
+            .map(|(i, action)| TraceEntry {
+                action,
+                addr,
+                size,
+                stream: 0,
+                time_us: Some(1000 + i as i64),
+                stack: StackId::EMPTY,
+                compile_context: None,
+                user_metadata: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_device_with_the_highest_peak_is_reported() {
+        let mib = 1u64 << 20;
+        let snap = Snapshot {
+            segments: vec![
+                segment(0, 1 << 32, 20 * mib, 2 * mib),
+                segment(1, 1 << 40, 40 * mib, 2 * mib),
+            ],
+            traces: vec![
+                alloc_free((1 << 32) + 2 * mib, mib),
+                alloc_free((1 << 40) + 2 * mib, 30 * mib),
+            ],
+            ..Snapshot::default()
+        };
+        let r = analyze(&snap, &Rules::builtin(), &MemoryOptions::default()).report;
+        assert_eq!(r.devices, vec![0, 1]);
+        assert_eq!(r.device, 1);
+        assert_eq!(r.peak_allocated_bytes, 32 * mib);
+        assert_eq!(r.peak_time_us, Some(0.0));
+        let opts = MemoryOptions {
+            device: Some(0),
+            ..MemoryOptions::default()
+        };
+        let r = analyze(&snap, &Rules::builtin(), &opts).report;
+        assert_eq!(r.peak_allocated_bytes, 3 * mib);
+        assert_eq!(r.stats.reserved_bytes, 20 * mib);
+    }
+
+    #[test]
+    fn run_names_are_read_from_file_names() {
+        let r = parse_run_name("memsnap_medium_ctx256_train_fp32.pickle.gz");
+        assert_eq!(r.model.as_deref(), Some("medium"));
+        assert_eq!(r.ctx, Some(256));
+        assert_eq!(r.mode.as_deref(), Some("train"));
+        assert_eq!(r.precision.as_deref(), Some("fp32"));
+        let r = parse_run_name("wedsonlin-a2__medium_128_inference_memory_snapshot.pickle.gz");
+        assert_eq!(r.model.as_deref(), Some("medium"));
+        assert_eq!(r.ctx, Some(128));
+        assert_eq!(r.mode.as_deref(), Some("forward"));
+        assert_eq!(r.precision, None);
+        let r = parse_run_name(r"C:\runs\memory_ctx128_fullstep_.pickle");
+        assert_eq!((r.ctx, r.mode.as_deref()), (Some(128), Some("train")));
+    }
+}

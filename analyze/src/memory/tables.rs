@@ -1,0 +1,339 @@
+//! Tables of memory reports: the peak report of one snapshot, the peak table across runs, the
+//! categories per run, and baseline against autocast with deltas. Sizes are MiB with two
+//! decimals in text, exact bytes beside them; JSON keeps the full values.
+
+use std::collections::BTreeMap;
+
+use super::mib;
+use super::summary::{MemoryReport, SegmentStats};
+use crate::render::{Cell, Document, Section, Table};
+
+fn mib_cell(b: u64) -> Cell {
+    Cell::Float(mib(b), 2)
+}
+
+fn opt_mib(b: Option<u64>) -> Cell {
+    b.map_or(Cell::Missing, mib_cell)
+}
+
+fn ms_cell(us: Option<f64>) -> Cell {
+    us.map_or(Cell::Missing, |u| Cell::Float(u / 1000.0, 3))
+}
+
+/// The peak report of one snapshot: headline numbers, top allocations, categories, segments.
+pub fn report_document(r: &MemoryReport) -> Document {
+    let mut head = Table::new(["quantity", "MiB", "bytes", "at (ms)", "entry"]);
+    let mut row = |name: &str, bytes: u64, at: Option<f64>, entry: Option<usize>| {
+        head.push(vec![
+            Cell::text(name),
+            mib_cell(bytes),
+            Cell::Int(bytes as i64),
+            ms_cell(at),
+            entry.map_or(Cell::Missing, |e| Cell::Int(e as i64)),
+        ]);
+    };
+    row(
+        "peak allocated",
+        r.peak_allocated_bytes,
+        r.peak_time_us,
+        r.peak_entry,
+    );
+    if let Some(f) = r.forward_peak_bytes {
+        row("forward peak allocated", f, None, None);
+    }
+    row(
+        "reserved at the peak",
+        r.reserved_at_peak_bytes,
+        r.peak_time_us,
+        r.peak_entry,
+    );
+    row("peak reserved", r.peak_reserved_bytes, None, None);
+    row(
+        "allocated before recording",
+        r.start_allocated_bytes,
+        None,
+        None,
+    );
+    row(
+        "allocated at the end",
+        r.end_allocated_bytes,
+        r.window_us,
+        None,
+    );
+    row(
+        "reserved at the end",
+        r.end_reserved_bytes,
+        r.window_us,
+        None,
+    );
+    let mut notes = vec![format!(
+        "{} trace entries on device {}{}{}",
+        r.trace_entries,
+        r.device,
+        r.window_us
+            .map(|w| format!(" over {:.3} ms", w / 1000.0))
+            .unwrap_or_default(),
+        r.peak_phase
+            .map(|p| format!("; the peak falls in the {} phase", p.name()))
+            .unwrap_or_default(),
+    )];
+    if !r.phases.is_empty() {
+        let phases: Vec<String> = r
+            .phases
+            .iter()
+            .map(|p| match (p.start_us, p.end_us) {
+                (Some(s), Some(e)) => {
+                    format!("{} {:.1}-{:.1} ms", p.phase.name(), s / 1000.0, e / 1000.0)
+                }
+                _ => format!(
+                    "{} entries {}-{}",
+                    p.phase.name(),
+                    p.first_entry,
+                    p.last_entry
+                ),
+            })
+            .collect();
+        notes.push(format!("phases: {}", phases.join(", ")));
+    }
+    if r.trace_entries == 0 {
+        notes.push("no allocator trace in this snapshot: the numbers are the end state".into());
+    }
+    if r.oom_events > 0 {
+        notes.push(format!(
+            "{} out-of-memory events in the trace",
+            r.oom_events
+        ));
+    }
+    if r.checks.unmatched_frees > 0 || r.checks.size_fallbacks > 0 {
+        notes.push(format!(
+            "replay: {} frees of unknown addresses, {} sizes taken as rounded requests",
+            r.checks.unmatched_frees, r.checks.size_fallbacks
+        ));
+    }
+
+    let mut top = Table::new([
+        "#",
+        "MiB",
+        "bytes",
+        "requested",
+        "stream",
+        "category",
+        "frame",
+        "stack",
+    ]);
+    for (i, a) in r.top_allocations.iter().enumerate() {
+        top.push(vec![
+            Cell::Int(i as i64 + 1),
+            mib_cell(a.size),
+            Cell::Int(a.size as i64),
+            Cell::Int(a.requested_size as i64),
+            Cell::Int(a.stream as i64),
+            Cell::text(&a.category),
+            Cell::text(&a.frame),
+            Cell::text(a.stack.join(" < ")),
+        ]);
+    }
+
+    let mut cats = Table::new(["category", "MiB", "bytes", "count", "share %"]);
+    for c in &r.categories_at_peak {
+        cats.push(vec![
+            Cell::text(&c.category),
+            mib_cell(c.bytes),
+            Cell::Int(c.bytes as i64),
+            Cell::Int(c.count as i64),
+            Cell::Float(c.share * 100.0, 1),
+        ]);
+    }
+
+    let mut sections = vec![
+        Section {
+            title: Some(format!("Peak memory: {}", r.label)),
+            table: head,
+            notes,
+        },
+        Section {
+            title: Some("Largest allocations live at the peak".into()),
+            table: top,
+            notes: Vec::new(),
+        },
+        Section {
+            title: Some("Categories at the peak".into()),
+            table: cats,
+            notes: Vec::new(),
+        },
+    ];
+    if r.streams_at_peak.len() > 1 {
+        let mut t = Table::new(["stream", "MiB", "bytes", "count"]);
+        for s in &r.streams_at_peak {
+            t.push(vec![
+                Cell::text(format!("0x{:x}", s.stream)),
+                mib_cell(s.bytes),
+                Cell::Int(s.bytes as i64),
+                Cell::Int(s.count as i64),
+            ]);
+        }
+        sections.push(Section {
+            title: Some("Streams at the peak".into()),
+            table: t,
+            notes: Vec::new(),
+        });
+    }
+    sections.push(stats_section(&r.label, &r.stats));
+    Document {
+        sections,
+        json: None,
+    }
+}
+
+/// `memory_viz`-like segment summary.
+pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
+    let mut t = Table::new(["quantity", "value", "MiB"]);
+    let count = |t: &mut Table, n: &str, v: usize| {
+        t.push(vec![Cell::text(n), Cell::Int(v as i64), Cell::Missing])
+    };
+    let bytes = |t: &mut Table, n: &str, v: u64| {
+        t.push(vec![Cell::text(n), Cell::Int(v as i64), mib_cell(v)])
+    };
+    count(&mut t, "segments", s.segments);
+    count(&mut t, "large segments", s.large_segments);
+    count(&mut t, "small segments", s.small_segments);
+    bytes(&mut t, "reserved", s.reserved_bytes);
+    bytes(&mut t, "allocated", s.allocated_bytes);
+    bytes(&mut t, "requested", s.requested_bytes);
+    bytes(&mut t, "free", s.free_bytes);
+    bytes(&mut t, "internal free (rounding)", s.internal_free_bytes);
+    bytes(&mut t, "largest free block", s.largest_free_block_bytes);
+    t.push(vec![
+        Cell::text("fragmentation %"),
+        Cell::Float(s.fragmentation * 100.0, 1),
+        Cell::Missing,
+    ]);
+    Section {
+        title: Some(format!("Allocator segments at the end of the window: {label}")),
+        table: t,
+        notes: vec![
+            "fragmentation = free / reserved: cached bytes no tensor holds; the largest free block is the biggest request served without a new cudaMalloc".into(),
+        ],
+    }
+}
+
+fn text_or_missing(s: &Option<String>) -> Cell {
+    s.as_ref().map_or(Cell::Missing, Cell::text)
+}
+
+/// One row per snapshot: forward peak beside the full-step peak.
+pub fn peak_table(reports: &[MemoryReport]) -> Table {
+    let mut t = Table::new([
+        "run",
+        "model",
+        "ctx",
+        "mode",
+        "precision",
+        "forward peak MiB",
+        "step peak MiB",
+        "peak reserved MiB",
+        "before recording MiB",
+    ]);
+    for r in reports {
+        let train = r.run.mode.as_deref() != Some("forward");
+        t.push(vec![
+            Cell::text(&r.label),
+            text_or_missing(&r.run.model),
+            r.run.ctx.map_or(Cell::Missing, |c| Cell::Int(i64::from(c))),
+            text_or_missing(&r.run.mode),
+            text_or_missing(&r.run.precision),
+            opt_mib(r.forward_peak_bytes.or(if train {
+                None
+            } else {
+                Some(r.peak_allocated_bytes)
+            })),
+            if train {
+                mib_cell(r.peak_allocated_bytes)
+            } else {
+                Cell::Missing
+            },
+            mib_cell(r.peak_reserved_bytes),
+            mib_cell(r.start_allocated_bytes),
+        ]);
+    }
+    t
+}
+
+/// Pairs (baseline, autocast) of runs with the same model, ctx and mode: fp32 against each of
+/// bf16/fp16/amp. Indices into `reports`.
+pub fn precision_pairs(reports: &[MemoryReport]) -> Vec<(usize, usize)> {
+    // (model, ctx, mode) -> runs
+    type Key = (Option<String>, Option<u32>, Option<String>);
+    let mut groups: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
+    for (i, r) in reports.iter().enumerate() {
+        if r.run.precision.is_some() {
+            groups
+                .entry((r.run.model.clone(), r.run.ctx, r.run.mode.clone()))
+                .or_default()
+                .push(i);
+        }
+    }
+    let mut pairs = Vec::new();
+    for members in groups.values() {
+        let Some(&base) = members
+            .iter()
+            .find(|&&i| reports[i].run.precision.as_deref() == Some("fp32"))
+        else {
+            continue;
+        };
+        for &other in members {
+            if other != base {
+                pairs.push((base, other));
+            }
+        }
+    }
+    pairs
+}
+
+fn delta_cells(base: Option<u64>, other: Option<u64>) -> [Cell; 4] {
+    match (base, other) {
+        (Some(b), Some(o)) => [
+            mib_cell(b),
+            mib_cell(o),
+            Cell::Float(mib(o) - mib(b), 2),
+            if b > 0 {
+                Cell::Float((o as f64 - b as f64) / b as f64 * 100.0, 1)
+            } else {
+                Cell::Missing
+            },
+        ],
+        _ => [opt_mib(base), opt_mib(other), Cell::Missing, Cell::Missing],
+    }
+}
+
+/// Baseline against autocast: forward and step peaks with their differences.
+pub fn precision_table(reports: &[MemoryReport], pairs: &[(usize, usize)]) -> Table {
+    let mut t = Table::new([
+        "baseline",
+        "compared",
+        "forward base MiB",
+        "forward compared MiB",
+        "forward Δ MiB",
+        "forward Δ %",
+        "step base MiB",
+        "step compared MiB",
+        "step Δ MiB",
+        "step Δ %",
+    ]);
+    for &(b, o) in pairs {
+        let (rb, ro) = (&reports[b], &reports[o]);
+        let step = |r: &MemoryReport| {
+            (r.run.mode.as_deref() != Some("forward")).then_some(r.peak_allocated_bytes)
+        };
+        let fwd = |r: &MemoryReport| {
+            r.forward_peak_bytes.or_else(|| {
+                (r.run.mode.as_deref() == Some("forward")).then_some(r.peak_allocated_bytes)
+            })
+        };
+        let mut row = vec![Cell::text(&rb.label), Cell::text(&ro.label)];
+        row.extend(delta_cells(fwd(rb), fwd(ro)));
+        row.extend(delta_cells(step(rb), step(ro)));
+        t.push(row);
+    }
+    t
+}

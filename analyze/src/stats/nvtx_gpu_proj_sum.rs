@@ -1,0 +1,371 @@
+//! `nvtx_gpu_proj_sum`: NVTX ranges projected onto the GPU, grouped by `domain:name` and style.
+//!
+//! As in nsys (its `nvtx_gpu_proj_trace` SQL, then summed):
+//! - a GPU operation (kernel, memcpy, memset) belongs to every range that encloses its launch
+//!   call on the launching thread ([`super::attribution`]);
+//! - a range's projection runs from the earliest start to the latest end of its operations; a
+//!   range without operations has none and does not appear;
+//! - its operation count is the number of distinct correlation ids among them;
+//! - its parent is the shortest *other* attributable range on the same thread that contains it on
+//!   the CPU timeline (`start <= child.start`, `end >= child.end`), whether or not either has GPU
+//!   work; its level is its depth below a range without parent (0), so identical ranges, each the
+//!   other's parent, have no level and are left out of `Avg Range Lvl`;
+//! - its child count counts the children that have a projection.
+//!
+//! Per (name, style): the projected durations' total, mean, median, extremes and sample standard
+//! deviation, the CPU durations' total, instance count, total and mean operation count, and the
+//! mean level and child count. Rows are ordered by total projected time descending, then name and
+//! style. Ranges that nsys's SQL pairs by `rowid` are identified here by their position in the
+//! trace; where two candidate parents are equally tight nsys takes the first its R-tree returns,
+//! we take the earlier-starting one.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::model::{Range, RangeStyle, Trace};
+use crate::render::{Cell, Table};
+
+use super::attribution::{is_attributable, Attribution, FastMap};
+use super::Summary;
+
+/// A row of `nvtx_gpu_proj_sum`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProjRow {
+    /// `domain:name`.
+    pub range: String,
+    pub style: RangeStyle,
+    /// Projected durations (first GPU start to last GPU end) of the instances, in ns.
+    pub projected: Summary,
+    /// Sum of the instances' CPU durations, in ns.
+    pub total_range_time: i64,
+    pub total_gpu_ops: u64,
+    pub avg_gpu_ops: f64,
+    /// Mean nesting level; `None` when no instance has one.
+    pub avg_level: Option<f64>,
+    pub avg_children: f64,
+}
+
+/// One projected range instance.
+struct Projection {
+    start: i64,
+    end: i64,
+    correlations: Vec<u64>,
+}
+
+/// The rows of `nvtx_gpu_proj_sum`.
+pub fn rows(trace: &Trace) -> Vec<ProjRow> {
+    rows_with(trace, &Attribution::new(trace))
+}
+
+/// [`rows`], with the attribution of GPU work to ranges already made.
+pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
+    let Attribution {
+        ranges,
+        launchers,
+        enclosing,
+        labels,
+    } = attribution;
+    // Every GPU operation as (pid, correlation id, start, end).
+    let ops = trace
+        .kernels
+        .iter()
+        .map(|k| (k.pid, k.correlation_id, k.start.0, k.end.0))
+        .chain(
+            trace
+                .mem_ops
+                .iter()
+                .map(|m| (m.pid, m.correlation_id, m.start.0, m.end.0)),
+        );
+
+    let mut projections: FastMap<u32, Projection> = FastMap::default();
+    for (pid, corr, start, end) in ops {
+        for call in launchers.of(pid, corr) {
+            for &r in enclosing.of(call) {
+                let p = projections.entry(r).or_insert(Projection {
+                    start,
+                    end,
+                    correlations: Vec::new(),
+                });
+                p.start = p.start.min(start);
+                p.end = p.end.max(end);
+                p.correlations.push(corr);
+            }
+        }
+    }
+
+    let parents = parents(ranges);
+    let levels = levels(&parents);
+    let mut children: FastMap<u32, u64> = FastMap::default();
+    for &r in projections.keys() {
+        if let Some(p) = parents[r as usize] {
+            *children.entry(p).or_default() += 1;
+        }
+    }
+
+    struct Group {
+        style: RangeStyle,
+        projected: Vec<i64>,
+        range_time: i64,
+        ops: u64,
+        levels: Vec<i64>,
+        children: u64,
+    }
+    // Keyed by (name, style text): iteration order is nsys's grouping order, kept among ties.
+    let mut groups: BTreeMap<(&str, &'static str), Group> = BTreeMap::new();
+    for (r, mut p) in projections {
+        let range = &ranges[r as usize];
+        let label = labels.text[labels.of_range[r as usize] as usize].as_str();
+        let g = groups
+            .entry((label, range.style.as_str()))
+            .or_insert_with(|| Group {
+                style: range.style,
+                projected: Vec::new(),
+                range_time: 0,
+                ops: 0,
+                levels: Vec::new(),
+                children: 0,
+            });
+        p.correlations.sort_unstable();
+        p.correlations.dedup();
+        g.projected.push(p.end - p.start);
+        g.range_time += range.duration().0;
+        g.ops += p.correlations.len() as u64;
+        g.levels.extend(levels[r as usize].map(i64::from));
+        g.children += children.get(&r).copied().unwrap_or(0);
+    }
+
+    let mut rows: Vec<ProjRow> = groups
+        .into_iter()
+        .filter_map(|((label, _), mut g)| {
+            let projected = Summary::of(&mut g.projected)?;
+            let n = projected.count as f64;
+            Some(ProjRow {
+                range: label.to_owned(),
+                style: g.style,
+                projected,
+                total_range_time: g.range_time,
+                total_gpu_ops: g.ops,
+                avg_gpu_ops: g.ops as f64 / n,
+                avg_level: super::summary::mean(&g.levels),
+                avg_children: g.children as f64 / n,
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.projected.total));
+    rows
+}
+
+/// The parent of each range (by index): the attributable range on the same
+/// thread, other than itself, that contains it with the least slack, i.e. the shortest one.
+/// Ranges that are not attributable have no parent and are no one's parent.
+fn parents(ranges: &[Range]) -> Vec<Option<u32>> {
+    let mut parents = vec![None; ranges.len()];
+    let mut threads: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+    for (i, r) in ranges.iter().enumerate() {
+        if is_attributable(r) {
+            threads.entry((r.pid, r.tid)).or_default().push(i as u32);
+        }
+    }
+    for members in threads.values() {
+        thread_parents(ranges, members, &mut parents);
+    }
+    parents
+}
+
+/// Parents within one thread's ranges (given in start order). Ranges are visited by start; a
+/// prefix-minimum Fenwick tree over end times (largest first) answers "the shortest range seen so
+/// far that ends at or after this one's end"; ranges sharing a start are compared directly.
+fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]) {
+    let start = |r: u32| ranges[r as usize].start.0;
+    let end = |r: u32| ranges[r as usize].end.0;
+    // Candidate order: shorter first, then earlier in the trace.
+    let rank = |r: u32| (end(r) - start(r), r);
+
+    let mut ends: Vec<i64> = members.iter().map(|&r| end(r)).collect();
+    ends.sort_unstable_by(|a, b| b.cmp(a));
+    ends.dedup();
+    // Position of an end time among `ends` (descending), 1-based for the Fenwick tree: every
+    // range with end >= e sits at a position <= pos(e).
+    let pos = |e: i64| ends.partition_point(|&x| x > e) + 1;
+    let mut tree: Vec<Option<(i64, u32)>> = vec![None; ends.len() + 1];
+
+    let mut i = 0;
+    while i < members.len() {
+        let mut j = i;
+        while j < members.len() && start(members[j]) == start(members[i]) {
+            j += 1;
+        }
+        let same_start = &members[i..j];
+        for &c in same_start {
+            let mut best: Option<(i64, u32)> = None;
+            let mut k = pos(end(c));
+            while k > 0 {
+                best = min_rank(best, tree[k]);
+                k &= k - 1;
+            }
+            for &p in same_start {
+                if p != c && end(p) >= end(c) {
+                    best = min_rank(best, Some(rank(p)));
+                }
+            }
+            parents[c as usize] = best.map(|b| b.1);
+        }
+        for &p in same_start {
+            let mut k = pos(end(p));
+            while k < tree.len() {
+                tree[k] = min_rank(tree[k], Some(rank(p)));
+                k += k & k.wrapping_neg();
+            }
+        }
+        i = j;
+    }
+}
+
+fn min_rank(a: Option<(i64, u32)>, b: Option<(i64, u32)>) -> Option<(i64, u32)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// Depth of each range below a parentless range (level 0). Ranges whose chain of parents never
+/// reaches a parentless one (a cycle among identical ranges) get `None`, as nsys's recursive
+/// query never reaches them.
+fn levels(parents: &[Option<u32>]) -> Vec<Option<u32>> {
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); parents.len()];
+    let mut stack = Vec::new();
+    for (i, p) in parents.iter().enumerate() {
+        match p {
+            Some(p) => children[*p as usize].push(i as u32),
+            None => stack.push((i as u32, 0u32)),
+        }
+    }
+    let mut levels = vec![None; parents.len()];
+    while let Some((r, level)) = stack.pop() {
+        levels[r as usize] = Some(level);
+        for &c in &children[r as usize] {
+            stack.push((c, level + 1));
+        }
+    }
+    levels
+}
+
+/// `nvtx_gpu_proj_sum` as nsys prints it.
+pub fn table(trace: &Trace) -> Table {
+    table_with(trace, &Attribution::new(trace))
+}
+
+/// [`table`], with the attribution of GPU work to ranges already made.
+pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
+    let mut t = Table::new([
+        "Range",
+        "Style",
+        "Total Proj Time (ns)",
+        "Total Range Time (ns)",
+        "Range Instances",
+        "Proj Avg (ns)",
+        "Proj Med (ns)",
+        "Proj Min (ns)",
+        "Proj Max (ns)",
+        "Proj StdDev (ns)",
+        "Total GPU Ops",
+        "Avg GPU Ops",
+        "Avg Range Lvl",
+        "Avg Num Child",
+    ]);
+    for r in rows_with(trace, attribution) {
+        let s = &r.projected;
+        t.push(vec![
+            Cell::text(r.range),
+            Cell::text(r.style.as_str()),
+            Cell::Int(s.total),
+            Cell::Int(r.total_range_time),
+            Cell::Int(s.count as i64),
+            Cell::Float(s.mean, 1),
+            Cell::Float(s.median, 1),
+            Cell::Int(s.min),
+            Cell::Int(s.max),
+            Cell::Float(s.std_dev, 1),
+            Cell::Int(r.total_gpu_ops as i64),
+            Cell::Float(r.avg_gpu_ops, 1),
+            r.avg_level.map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            Cell::Float(r.avg_children, 1),
+        ]);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Nanos, Source, SourceFormat};
+
+    fn trace(ranges: &[(i64, i64)]) -> Trace {
+        let mut t = Trace::empty(Source {
+            path: "test".into(),
+            format: SourceFormat::NsysSqlite,
+            schema_version: None,
+            product_version: None,
+            metadata: Default::default(),
+            run: Default::default(),
+            missing: Vec::new(),
+        });
+        let name = t.strings.intern("r");
+        t.ranges = ranges
+            .iter()
+            .map(|&(start, end)| Range {
+                start: Nanos(start),
+                end: Nanos(end),
+                style: RangeStyle::StartEnd,
+                name,
+                domain: None,
+                pid: 1,
+                tid: 1,
+                end_tid: None,
+            })
+            .collect();
+        t
+    }
+
+    /// The parent rule of nsys's SQL, by brute force: least slack, then earliest.
+    fn brute_parents(t: &Trace) -> Vec<Option<u32>> {
+        let r = &t.ranges;
+        (0..r.len())
+            .map(|c| {
+                (0..r.len())
+                    .filter(|&p| p != c && r[p].start <= r[c].start && r[p].end >= r[c].end)
+                    .min_by_key(|&p| ((r[p].end - r[p].start).0, p))
+                    .map(|p| p as u32)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parents_are_the_tightest_container() {
+        // Nested, disjoint, crossing start/end ranges, shared starts, zero-length ranges.
+        let t = trace(&[
+            (0, 100),
+            (0, 50),
+            (5, 40),
+            (5, 40),
+            (10, 10),
+            (10, 20),
+            (30, 60),
+            (40, 40),
+            (45, 100),
+            (60, 70),
+            (100, 100),
+        ]);
+        assert_eq!(parents(&t.ranges), brute_parents(&t));
+    }
+
+    #[test]
+    fn identical_ranges_have_no_level() {
+        let t = trace(&[(0, 100), (10, 20), (10, 20), (12, 15)]);
+        let p = parents(&t.ranges);
+        assert_eq!(p, vec![None, Some(2), Some(1), Some(1)]);
+        assert_eq!(levels(&p), vec![Some(0), None, None, None]);
+    }
+}
