@@ -468,6 +468,10 @@ fn raw_cupti_records_convert_write_and_read_back() {
     // A driver call of its own.
     let mut own: sys::CUpti_ActivityAPI = drv;
     own.correlationId = 56;
+    // A query nsys does not record (cuBLAS makes one after every launch).
+    let mut query: sys::CUpti_ActivityAPI = rt;
+    query.cbid = 10;
+    query.correlationId = 59;
 
     let mut cp: sys::CUpti_ActivityMemcpy6 = zeroed();
     cp.kind = sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY;
@@ -502,6 +506,7 @@ fn raw_cupti_records_convert_write_and_read_back() {
             &rt as *const _ as *const sys::CUpti_Activity,
             &drv as *const _ as *const sys::CUpti_Activity,
             &own as *const _ as *const sys::CUpti_Activity,
+            &query as *const _ as *const sys::CUpti_Activity,
             &cp as *const _ as *const sys::CUpti_Activity,
             &ms as *const _ as *const sys::CUpti_Activity,
             &other as *const _ as *const sys::CUpti_Activity,
@@ -510,11 +515,12 @@ fn raw_cupti_records_convert_write_and_read_back() {
         .filter_map(|p| cupti::activity_from_record(p, &mut names))
         .collect()
     };
-    assert_eq!(acts.len(), 6, "the unknown kind is skipped");
+    assert_eq!(acts.len(), 7, "the unknown kind is skipped");
 
     let mut conv = RecordConverter::new(PID, |domain, cbid| match (domain, cbid) {
         (ApiDomain::Runtime, 211) => "cudaLaunchKernel_v7000".into(),
         (ApiDomain::Driver, 307) => "cuLaunchKernel".into(),
+        (ApiDomain::Runtime, 10) => "cudaGetLastError_v3020".into(),
         _ => format!("<cbid {cbid}>"),
     });
     let mut out = TraceRecords {
@@ -526,7 +532,11 @@ fn raw_cupti_records_convert_write_and_read_back() {
         ..TraceRecords::default()
     };
     conv.convert(&acts, &mut out);
-    assert_eq!(out.api_calls.len(), 2, "nested driver call dropped");
+    assert_eq!(
+        out.api_calls.len(),
+        2,
+        "nested driver call and the query nsys leaves out dropped"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let path = write_trace(dir.path(), &out);
@@ -534,9 +544,12 @@ fn raw_cupti_records_convert_write_and_read_back() {
     assert_eq!(t.kernels.len(), 1);
     let kr = &t.kernels[0];
     assert_eq!(t.name(kr.short_name), "vectorized_elementwise_kernel");
-    assert!(t
-        .name(kr.name)
-        .starts_with("void at::native::vectorized_elementwise_kernel<"));
+    // As nsys (cu++filt) spells it.
+    assert_eq!(
+        t.name(kr.name),
+        "void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>, \
+         std::array<char *, (unsigned long)1>>(int, T2, T3)"
+    );
     assert_eq!(kr.mangled_name.map(|m| t.name(m)), Some(MANGLED));
     assert_eq!(kr.duration().0, 12_345);
     assert_eq!((kr.grid, kr.block), ([80, 1, 1], [128, 1, 1]));
@@ -987,5 +1000,54 @@ fn snapshot_loads_in_python_and_replays_to_the_peak() {
             ]
         );
         assert_eq!(ours["annotation"], real["annotation"]);
+    }
+}
+
+/// The snapshot written by the library, read back by `analyze`'s reader and memory analyses:
+/// the same peak, end state, entries, phases and module-path categories as the allocator that
+/// recorded it (acceptance 4 of the tracing issue, the memory half).
+#[test]
+fn snapshot_reads_back_through_analyze_memory() {
+    use analyze::memory::categories::{Rules, ATTENTION};
+    use analyze::memory::phases::Phase;
+    use analyze::memory::summary::{analyze as analyze_memory, MemoryOptions};
+
+    let a = recorded_allocator();
+    let snap = a.snapshot();
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["snapshot.pickle", "snapshot.pickle.gz"] {
+        let path = dir.path().join(name);
+        snapshot_writer::write(&snap, &path).unwrap();
+        let loaded = analyze::ingest::load_snapshot(&path).unwrap();
+        assert_eq!(loaded.segments.len(), snap.segments.len(), "{name}");
+        assert_eq!(loaded.trace(0).len(), snap.trace.len(), "{name}");
+        let an = analyze_memory(&loaded, &Rules::builtin(), &MemoryOptions::default());
+        let r = &an.report;
+        assert_eq!(r.peak_allocated_bytes, a.max_memory_allocated(), "{name}");
+        assert_eq!(r.peak_reserved_bytes, a.max_memory_reserved(), "{name}");
+        assert_eq!(r.end_allocated_bytes, a.memory_allocated(), "{name}");
+        assert_eq!(r.end_reserved_bytes, a.memory_reserved(), "{name}");
+        // Recorded from the allocator's first event: nothing was live before.
+        assert_eq!(r.start_allocated_bytes, 0, "{name}");
+        assert_eq!(r.trace_entries, snap.trace.len(), "{name}");
+        assert_eq!(r.oom_events, 1, "{name}");
+        assert_eq!(r.checks.unmatched_frees, 0, "{name}");
+        assert_eq!(r.checks.end_mismatch_bytes, 0, "{name}");
+        // The phase frames give the phases, in order.
+        let phases: Vec<Phase> = r.phases.iter().map(|p| p.phase).collect();
+        assert_eq!(
+            phases,
+            [Phase::Forward, Phase::Backward, Phase::Optimizer],
+            "{name}"
+        );
+        let annotated: Vec<Phase> = an.annotated_phases.iter().map(|p| p.phase).collect();
+        assert_eq!(
+            annotated,
+            [Phase::Forward, Phase::Backward, Phase::Optimizer],
+            "{name}"
+        );
+        // The four `layers.N.attn.scores` allocations, and only they, are attention.
+        let attention = an.categories.iter().filter(|c| *c == ATTENTION).count();
+        assert_eq!(attention, 4, "{name}: {:?}", an.categories);
     }
 }

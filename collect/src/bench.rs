@@ -10,7 +10,8 @@
 //! `max_memory_allocated` over the last timed step, reset just before it as PyTorch's recipe
 //! does (warm up, `reset_peak_memory_stats()`, step). [`Recording`] asks for more: a memory
 //! snapshot of that last step (history recorded with our own frames: the phase ranges and the
-//! model's module paths) and an nsys-schema SQLite trace of the whole configuration (CUPTI
+//! model's module paths; the step waits for the device at the end of each phase so that the
+//! snapshot's phase marks follow the GPU) and an nsys-schema SQLite trace of the whole configuration (CUPTI
 //! activity records and the NVTX ranges, from the model's build to the last step) with its run
 //! metadata. Both are written atomically once the configuration has run; with more than one
 //! configuration each file name gets the configuration's label ([`output_path`]).
@@ -19,6 +20,7 @@
 //! from the rows ([`document`], [`results_json`]); writing the results file is the caller's.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 use analyze::render::{Cell, Document, Section, Table};
@@ -317,10 +319,19 @@ pub fn run_one_with(
         caching: caching.clone(),
     };
     let mut recorders: Vec<Box<dyn RangeRecorder>> = Vec::new();
+    // Set during the recorded step: its phases end when their GPU work has (see PhaseFrames).
+    let sync_phases = Rc::new(std::cell::Cell::new(false));
     if let (Some(_), Some(c)) = (&rec.memory_snapshot, &caching) {
         let ctx = c.borrow().context().clone();
         guard.old_frames = Some(memory_frames::install(Some(ctx.clone())));
-        recorders.push(Box::new(PhaseFrames::new(ctx)));
+        let stream = rt.gpu.stream.clone();
+        let sync = Box::new(move || {
+            // A failure here is the next call's error too; the recording goes on regardless.
+            let _ = stream.synchronize();
+        });
+        recorders.push(Box::new(
+            PhaseFrames::new(ctx).sync_at_phase_end(sync_phases.clone(), sync),
+        ));
     }
     let trace = match &rec.trace {
         Some(_) => Some(TraceSession::start()?),
@@ -368,6 +379,7 @@ pub fn run_one_with(
                 a.reset_peak_stats();
                 if rec.memory_snapshot.is_some() {
                     a.start_recording(MAX_HISTORY_ENTRIES);
+                    sync_phases.set(true);
                 }
             }
             {
@@ -381,6 +393,7 @@ pub fn run_one_with(
                 event_ms.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
             }
             if let (true, Some(_), Some(c)) = (last, &rec.memory_snapshot, &caching) {
+                sync_phases.set(false);
                 let mut a = c.borrow_mut();
                 snapshot = Some(a.snapshot());
                 a.stop_recording();

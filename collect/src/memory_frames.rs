@@ -10,7 +10,8 @@
 //! through [`PhaseFrames`], a [`RangeRecorder`] that [`crate::ranges`] feeds. This module records
 //! nothing itself and touches no device.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::Instant;
 
 use crate::memory_history::{FrameGuard, MemoryContext};
@@ -57,18 +58,34 @@ pub fn is_phase(range: &str) -> bool {
 
 /// Turns the benchmark's phase ranges into phase frames of a [`MemoryContext`] (and, while the
 /// allocator records, into `START`/`END` annotations).
+///
+/// With [`PhaseFrames::sync_at_phase_end`], the end of `forward`, `backward` and `optimizer` waits
+/// for the device while the switch is on, so that the phase's `END` annotation marks when its
+/// work finished rather than when the host had queued it: host-side, an optimizer step that
+/// runs for a millisecond on the GPU is queued in microseconds.
 pub struct PhaseFrames {
     context: MemoryContext,
-    /// For every open range, whether it pushed a frame, so that pops match pushes.
-    open: Vec<bool>,
+    /// For every open range: whether it pushed a frame, and whether its end may synchronize.
+    open: Vec<(bool, bool)>,
+    sync: Option<PhaseSync>,
 }
+
+/// The switch and the call of [`PhaseFrames::sync_at_phase_end`].
+type PhaseSync = (Rc<Cell<bool>>, Box<dyn Fn()>);
 
 impl PhaseFrames {
     pub fn new(context: MemoryContext) -> PhaseFrames {
         PhaseFrames {
             context,
             open: Vec::new(),
+            sync: None,
         }
+    }
+
+    /// Call `sync` at the end of each forward, backward and optimizer range while `on` is set.
+    pub fn sync_at_phase_end(mut self, on: Rc<Cell<bool>>, sync: Box<dyn Fn()>) -> PhaseFrames {
+        self.sync = Some((on, sync));
+        self
     }
 }
 
@@ -78,11 +95,22 @@ impl RangeRecorder for PhaseFrames {
         if phase {
             self.context.push_phase(name);
         }
-        self.open.push(phase);
+        let part = matches!(name, ranges::FORWARD | ranges::BACKWARD | ranges::OPTIMIZER);
+        self.open.push((phase, part));
     }
 
     fn pop(&mut self, _at: Instant) {
-        if self.open.pop() == Some(true) {
+        let Some((phase, part)) = self.open.pop() else {
+            return;
+        };
+        if part {
+            if let Some((on, sync)) = &self.sync {
+                if on.get() {
+                    sync();
+                }
+            }
+        }
+        if phase {
             self.context.pop();
         }
     }
@@ -121,6 +149,30 @@ mod tests {
         assert_eq!(ctx.depth(), 0);
         install(old);
         assert!(!active());
+    }
+
+    #[test]
+    fn phase_ends_synchronize_only_while_switched_on() {
+        let ctx = MemoryContext::new(Clock::from_fn(|| 1), 0);
+        let on = Rc::new(Cell::new(false));
+        let calls = Rc::new(Cell::new(0));
+        let c = calls.clone();
+        let mut phases = PhaseFrames::new(ctx)
+            .sync_at_phase_end(on.clone(), Box::new(move || c.set(c.get() + 1)));
+        let now = Instant::now();
+        for (switch, want) in [(false, 0), (true, 3)] {
+            on.set(switch);
+            calls.set(0);
+            phases.push("step_0", now);
+            for part in ["forward", "backward", "optimizer"] {
+                phases.push(part, now);
+                phases.push("attention_softmax", now);
+                phases.pop(now);
+                phases.pop(now);
+            }
+            phases.pop(now);
+            assert_eq!(calls.get(), want);
+        }
     }
 
     #[test]

@@ -141,6 +141,8 @@ impl Rules {
         use Phase::*;
         // A Python function name at the end of a frame's text.
         let name = |pat: &str| format!(r"\.pyx?:\d+ (?i:\w*(?:{pat})\w*)$");
+        // A module path recorded by `collect`, ending in `pat`.
+        let collect = |pat: &str| format!(r"^collect/module:\d+ \S*?(?:{pat})$");
         let rules = vec![
             builtin_rule(AUTOCAST, Some(r"at::autocast::cached_cast"), None, None),
             builtin_rule(
@@ -235,6 +237,22 @@ impl Rules {
                 Some(r"^(embedding|embedding_bag|_embedding_bag)$"),
                 None,
             ),
+            // `collect`'s module frames (`collect/module:0 layers.3.attn.scores`).
+            builtin_rule(
+                ATTENTION,
+                Some(&collect(r"\.attn\.(scores|context)")),
+                None,
+                None,
+            ),
+            builtin_rule(
+                NORM,
+                Some(&collect(r"(^|\.)(ln1|ln2|ln_final)")),
+                None,
+                None,
+            ),
+            builtin_rule(FFN, Some(&collect(r"\.ffn\.\w+")), None, None),
+            builtin_rule(EMBEDDING, Some(&collect("token_embeddings")), None, None),
+            builtin_rule(LOGITS, Some(&collect("lm_head|loss")), None, None),
             builtin_rule(ACTIVATIONS_OTHER, None, None, Some(Forward)),
         ];
         Rules { rules }

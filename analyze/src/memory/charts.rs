@@ -106,10 +106,40 @@ pub fn timeline_chart(a: &Analysis) -> Timeline {
             (1.0, y(r.end_reserved_bytes)),
         ];
     }
+    // A phase with no allocator event (a fused optimizer step) is shaded where its annotations
+    // put it, and the lines are held to its end.
+    let mut extra_bands = Vec::new();
+    if let (true, Some(t0)) = (has_time, t0) {
+        for p in &a.annotated_phases {
+            if a.spans.iter().any(|s| s.phase == p.phase) {
+                continue;
+            }
+            let (start, end) = (
+                (p.start_us - t0) as f64 / 1000.0,
+                (p.end_us - t0) as f64 / 1000.0,
+            );
+            if start < 0.0 {
+                continue;
+            }
+            for line in [&mut allocated, &mut reserved] {
+                if let Some(&(x, v)) = line.last() {
+                    if end > x {
+                        line.push((end, v));
+                    }
+                }
+            }
+            extra_bands.push(Band {
+                start,
+                end,
+                label: p.phase.name().to_owned(),
+                color: phase_color(p.phase),
+            });
+        }
+    }
     let allocated = crate::plot::decimate_minmax(&allocated, 1500);
     let reserved = crate::plot::decimate_minmax(&reserved, 1500);
 
-    let bands = a
+    let mut bands: Vec<Band> = a
         .spans
         .iter()
         .map(|s| {
@@ -123,6 +153,7 @@ pub fn timeline_chart(a: &Analysis) -> Timeline {
             }
         })
         .collect();
+    bands.extend(extra_bands);
 
     let marker = r.peak_entry.map(|e| Marker {
         x: x_of(e),

@@ -18,6 +18,10 @@ use serde::Serialize;
 
 use super::{Frame, Frames, Snapshot, StackId, TraceEntry};
 
+/// The `filename` of the phase frames `collect` records (`forward`, `backward`, `optimizer`,
+/// `step_N`), beside its module frames (`collect/module`, `layers.3.attn.scores`).
+pub const COLLECT_PHASE_FILE: &str = "collect/phase";
+
 /// Part of a training step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -39,6 +43,15 @@ impl Phase {
 
 /// What one frame says about the phase.
 fn frame_phase(f: &Frame) -> Option<Phase> {
+    // `collect`'s snapshots name the phase in a frame of their own.
+    if f.filename == COLLECT_PHASE_FILE {
+        return match f.name.as_str() {
+            "forward" => Some(Phase::Forward),
+            "backward" => Some(Phase::Backward),
+            "optimizer" => Some(Phase::Optimizer),
+            _ => None,
+        };
+    }
     if f.is_python() {
         let file = f.filename.replace('\\', "/");
         let base = file
@@ -153,6 +166,60 @@ pub fn spans(trace: &[TraceEntry], phase_of: &[Option<Phase>]) -> Vec<PhaseSpan>
 /// Phase spans of one device's trace.
 pub fn device_spans(snap: &Snapshot, device: i64) -> Vec<PhaseSpan> {
     spans(snap.trace(device), &stack_phases(&snap.frames))
+}
+
+/// A phase placed by the snapshot's `START`/`END` annotations rather than by trace entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AnnotatedPhase {
+    pub phase: Phase,
+    pub start_us: i64,
+    pub end_us: i64,
+}
+
+/// The phase an annotation names: `collect` writes `forward`, `backward` and `optimizer`;
+/// PyTorch writes `Optimizer.step#AdamW.step` around an optimizer step.
+fn annotation_phase(name: &str) -> Option<Phase> {
+    match name {
+        "forward" => Some(Phase::Forward),
+        "backward" => Some(Phase::Backward),
+        "optimizer" => Some(Phase::Optimizer),
+        n if n.starts_with("Optimizer.step") => Some(Phase::Optimizer),
+        _ => None,
+    }
+}
+
+/// Phases bracketed by `START`/`END` annotations of `device` (or of no device), in time order.
+/// They place a phase that made no allocator event (a fused optimizer step allocates nothing),
+/// which the trace entries alone cannot show.
+pub fn annotated_phases(snap: &Snapshot, device: i64) -> Vec<AnnotatedPhase> {
+    let mut open: Vec<(Phase, &str, i64)> = Vec::new();
+    let mut out = Vec::new();
+    for a in &snap.annotations {
+        if a.device.is_some_and(|d| d != device) {
+            continue;
+        }
+        let (Some(phase), Some(t)) = (annotation_phase(&a.name), a.time_us) else {
+            continue;
+        };
+        match a.stage.as_str() {
+            "START" => open.push((phase, a.name.as_str(), t)),
+            "END" => {
+                if let Some(i) = open.iter().rposition(|(_, n, _)| *n == a.name) {
+                    let (phase, _, start) = open.remove(i);
+                    if t >= start {
+                        out.push(AnnotatedPhase {
+                            phase,
+                            start_us: start,
+                            end_us: t,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sort_by_key(|p| p.start_us);
+    out
 }
 
 /// The phase a single stack reveals (for one-off lookups; use [`stack_phases`] for many).

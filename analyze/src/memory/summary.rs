@@ -233,6 +233,8 @@ pub struct Analysis {
     pub spans: Vec<PhaseSpan>,
     /// Category of every allocation of the timeline.
     pub categories: Vec<String>,
+    /// Phases placed by the snapshot's annotations (see [`super::phases::annotated_phases`]).
+    pub annotated_phases: Vec<super::phases::AnnotatedPhase>,
 }
 
 /// Analyse one snapshot.
@@ -373,6 +375,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
         timeline,
         spans,
         categories,
+        annotated_phases: super::phases::annotated_phases(snap, device),
     }
 }
 
