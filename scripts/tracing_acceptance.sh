@@ -35,6 +35,28 @@ for p in fp32 bf16; do
         echo "nsys stats on $f $p: exit $?"
     done
 done
+# A larger model against nsys (trace only), and a sweep: one trace and one snapshot per
+# configuration, CUPTI started again for each.
+big=(--size large --ctx 256 --mode train --precision fp32 --warmup 1 --steps 2)
+"$bin" bench "${big[@]}" --trace "$w/collect_large.sqlite" --out "$w/collect_large.json" \
+    > /dev/null 2> "$w/collect_large.log"
+echo "collect large: exit $?"
+$NSYS profile --trace=cuda,nvtx --sample=none --cpuctxsw=none -o /tmp/nsys_large \
+    --force-overwrite=true "$bin" bench "${big[@]}" > "$w/nsys_large.log" 2>&1
+$NSYS export --type sqlite --force-overwrite=true -o "$w/nsys_large.sqlite" \
+    /tmp/nsys_large.nsys-rep >> "$w/nsys_large.log" 2>&1
+echo "nsys large: exit $?"
+for f in collect nsys; do
+    $NSYS stats --report cuda_gpu_kern_sum --format csv --force-overwrite=true \
+        --output "$w/${f}_large" "$w/${f}_large.sqlite" > /dev/null 2>&1
+done
+"$bin" bench --size small --ctx 128 --mode forward,train --warmup 1 --steps 2 \
+    --trace "$w/sweep.sqlite" --memory-snapshot "$w/sweep.pickle" > /dev/null 2> "$w/sweep.log"
+echo "sweep: exit $?"
+for f in "$w"/sweep.*.sqlite; do
+    echo "$(basename "$f"): $(python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute('select count(*) from CUPTI_ACTIVITY_KIND_KERNEL').fetchone()[0], 'kernels,', c.execute('select count(*) from NVTX_EVENTS').fetchone()[0], 'ranges')" "$f")"
+done
+ls "$w"/sweep.*
 python3 "$here/snapshot_check.py" "$w/collect_small_fp32.pickle" "$w/collect_small_fp32.json" \
     > "$w/snapshot_check.log" 2>&1
 echo "snapshot check: exit $?"
