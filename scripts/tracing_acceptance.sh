@@ -5,9 +5,11 @@
 # For small, ctx 128, train, fp32 and bf16 (2 warm-up and 2 timed steps, as the PyTorch
 # captures in the shared fixtures): collect with --trace and --memory-snapshot; the same
 # configuration under Nsight Systems (a separate, plain run), exported to SQLite; `nsys stats`
-# (cuda_gpu_kern_sum, nvtx_sum, nvtx_kern_sum) on both; PyTorch's pickle.load and
-# torch.cuda._memory_viz (stats, segsum, trace, trace_plot) on the snapshot, with the peak
-# replayed from the snapshot's trace. Logs and outputs go to WORK_DIR.
+# (cuda_gpu_kern_sum, nvtx_sum, nvtx_kern_sum) on both. The same for large, ctx 256 (trace
+# only), and a two-configuration sweep (one file per configuration). On the fp32 snapshot:
+# PyTorch's pickle.load, torch.cuda._memory_viz's segsum and the peak replayed from the trace
+# (scripts/snapshot_check.py), and the CLI's stats, trace and trace_plot. Logs and outputs go
+# to WORK_DIR.
 set -uo pipefail
 bin=$1
 w=$2
@@ -60,7 +62,7 @@ ls "$w"/sweep.*
 python3 "$here/snapshot_check.py" "$w/collect_small_fp32.pickle" "$w/collect_small_fp32.json" \
     > "$w/snapshot_check.log" 2>&1
 echo "snapshot check: exit $?"
-for c in stats segsum trace; do
+for c in stats trace; do
     python3 -m torch.cuda._memory_viz "$c" "$w/collect_small_fp32.pickle" > "$w/memory_viz_$c.txt" 2>&1
     echo "memory_viz $c: exit $?"
 done

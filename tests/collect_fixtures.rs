@@ -101,11 +101,7 @@ fn stats_reports_are_what_nsys_stats_printed_for_the_trace() {
 fn our_kernels_run_as_often_as_the_model_launches_them() {
     let sum = kernel_sum(&path(TRACE));
     for (_, name, per_step) in our_kernels() {
-        assert_eq!(
-            sum.get(name).map(|s| s.0),
-            Some(per_step * STEPS),
-            "{name}"
-        );
+        assert_eq!(sum.get(name).map(|s| s.0), Some(per_step * STEPS), "{name}");
     }
     // Every phase of both timed steps, with our kernels per step as the model launches them.
     let p = json(&["profile", "-f", "json", "--top", "100", &path(TRACE)]);
@@ -132,7 +128,11 @@ fn our_kernels_run_as_often_as_the_model_launches_them() {
             .map(|(_, n, c)| (n, c))
             .collect();
         for (name, per_step) in &ours {
-            assert_eq!(listed.get(name), Some(&(*per_step as f64)), "{pname}: {name}");
+            assert_eq!(
+                listed.get(name),
+                Some(&(*per_step as f64)),
+                "{pname}: {name}"
+            );
         }
         // Nothing else but GEMMs (cuBLAS) in the phase.
         assert_eq!(listed.len(), ours.len(), "{pname}: {listed:?}");
@@ -150,7 +150,10 @@ fn the_trace_and_an_nsys_capture_of_the_same_run_agree() {
     assert_eq!(counts(&ours), counts(&nsys), "kernel names and instances");
     let total = |m: &BTreeMap<String, (u64, u64)>| m.values().map(|v| v.1).sum::<u64>() as f64;
     let ratio = total(&ours) / total(&nsys);
-    assert!((ratio - 1.0).abs() < 0.05, "total kernel time ratio {ratio}");
+    assert!(
+        (ratio - 1.0).abs() < 0.05,
+        "total kernel time ratio {ratio}"
+    );
 
     let po = json(&["profile", "-f", "json", &path(TRACE)]);
     let pn = json(&["profile", "-f", "json", &path(NSYS)]);

@@ -43,7 +43,7 @@ use crate::trace_db;
 use crate::trace_session::TraceSession;
 
 /// History entries kept while recording (PyTorch's `max_entries` default is larger than any
-/// one step of these models needs: the large model's train step makes about 6,000).
+/// one step of these models needs: the large model's train step at ctx 256 makes 2,829).
 pub const MAX_HISTORY_ENTRIES: usize = 1_000_000;
 
 /// What to record while each configuration runs, besides its step times.
@@ -774,6 +774,35 @@ mod tests {
             ("small", 128, Mode::Forward, Precision::Bf16)
         );
         assert_eq!(g[15].model.name, "xl");
+    }
+
+    #[test]
+    fn sweeps_label_each_configuration_file() {
+        let run = RunConfig {
+            model: ModelConfig::preset("small").unwrap(),
+            ctx: 256,
+            batch: 4,
+            mode: Mode::Train,
+            precision: Precision::Bf16,
+            tf32: false,
+        };
+        let p = |s: &str, many| output_path(Path::new(s), &run, many);
+        assert_eq!(p("out/t.sqlite", false), Path::new("out/t.sqlite"));
+        assert_eq!(
+            p("out/t.sqlite", true),
+            Path::new("out/t.small-ctx256-train-bf16.sqlite")
+        );
+        assert_eq!(
+            p("snap.pickle.gz", true),
+            Path::new("snap.small-ctx256-train-bf16.pickle.gz")
+        );
+        assert_eq!(p("snap", true), Path::new("snap.small-ctx256-train-bf16"));
+        let rec = Recording {
+            trace: Some("t.sqlite".into()),
+            memory_snapshot: None,
+        };
+        assert!(rec.any() && !Recording::default().any());
+        assert_eq!(rec.for_run(&run, false), rec);
     }
 
     #[test]

@@ -145,9 +145,21 @@ pub fn timeline_chart(a: &Analysis) -> Timeline {
         .map(|s| {
             // A band reaches to where the next one begins, so phases tile the axis.
             let end_entry = (s.last_entry + 1).min(tl.points.len().saturating_sub(1));
+            let mut end = x_of(end_entry);
+            // One phase of one step annotated: its band lasts until its END mark (the last
+            // allocation of a backward comes well before its GPU work has finished).
+            let marks: Vec<_> = a
+                .annotated_phases
+                .iter()
+                .filter(|p| p.phase == s.phase)
+                .collect();
+            let spans_of_phase = a.spans.iter().filter(|o| o.phase == s.phase).count();
+            if let ([m], 1, true, Some(t0)) = (marks.as_slice(), spans_of_phase, has_time, t0) {
+                end = end.max((m.end_us - t0) as f64 / 1000.0);
+            }
             Band {
                 start: x_of(s.first_entry),
-                end: x_of(end_entry),
+                end,
                 label: s.phase.name().to_owned(),
                 color: phase_color(s.phase),
             }
