@@ -96,8 +96,8 @@ fn candidates(paths: &[PathBuf]) -> Result<Vec<Candidate>> {
 
 /// What one file turned out to hold.
 enum Loaded {
-    Trace(TraceRun),
-    Snapshot(SnapshotRun),
+    Trace(Box<TraceRun>),
+    Snapshot(Box<SnapshotRun>),
     Bench(BenchRun),
 }
 
@@ -168,18 +168,18 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             let mut analysis = analyze(&snap, opts.rules, &mopts);
             analysis.report.run = labelled.run.clone();
             let timeline = Some(timeline_chart(&analysis));
-            return Ok(Loaded::Snapshot(SnapshotRun {
+            return Ok(Loaded::Snapshot(Box::new(SnapshotRun {
                 label: labelled.label,
                 file: name,
                 run: labelled.run,
                 label_source: labelled.source,
                 memory: analysis.report,
                 timeline,
-            }));
+            })));
         }
     };
     let labelled = label_run(&name, Some(&trace.source.run), label);
-    trace_run(trace, labelled, opts).map(Loaded::Trace)
+    trace_run(trace, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
 }
 
 /// One line saying what a loaded file is.
@@ -246,8 +246,8 @@ pub fn load(
                     describe(&loaded)
                 ));
                 match loaded {
-                    Loaded::Trace(t) => inputs.traces.push(t),
-                    Loaded::Snapshot(s) => inputs.snapshots.push(s),
+                    Loaded::Trace(t) => inputs.traces.push(*t),
+                    Loaded::Snapshot(s) => inputs.snapshots.push(*s),
                     Loaded::Bench(b) => inputs.benches.push(b),
                 }
             }

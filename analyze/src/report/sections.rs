@@ -18,7 +18,7 @@ use crate::memory::summary::{MemoryReport, RunName};
 use crate::memory::tables::{peak_table, precision_pairs, precision_table};
 use crate::model::SourceFormat;
 use crate::profile::{KernelShare, PhaseProfile, Profile};
-use crate::render::{markdown_escape, Cell, Table};
+use crate::render::{Cell, Table};
 
 use super::charts::{class_bars, series_color, ChartData, ClassBar, LinePlot, LineSeries};
 use super::labels::model_rank;
@@ -768,7 +768,7 @@ fn memory_section(inputs: &Inputs, charts: &mut Vec<NamedChart>) -> ReportSectio
         peak_table(&reports),
         vec!["forward peak: the highest allocated bytes in the forward phase (found from the stack frames); step peak: the whole recorded step (training runs); before recording: allocated before the recorded step began (parameters, optimizer state).".into()],
     ));
-    if reports.len() > 0 {
+    if !reports.is_empty() {
         let refs: Vec<&MemoryReport> = reports.iter().collect();
         charts.push(NamedChart {
             stem: "memory_categories".into(),
@@ -989,9 +989,4 @@ pub fn build(inputs: &Inputs) -> Report {
     sections.extend(bench_section(inputs));
     sections.extend(skipped_section(inputs));
     Report { sections, charts }
-}
-
-/// A label as it may appear in Markdown text outside tables.
-pub fn escape(s: &str) -> String {
-    markdown_escape(s)
 }
