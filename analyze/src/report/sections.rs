@@ -372,6 +372,10 @@ fn passes(p: &Profile) -> Vec<(&str, &PhaseProfile)> {
     if let (Some(s), true) = (&p.step, v.len() != 1) {
         v.push(("step", s));
     }
+    // A trace without step or phase ranges still has its kernels.
+    if v.is_empty() {
+        v.push(("whole trace", &p.whole_trace));
+    }
     v
 }
 
