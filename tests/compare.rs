@@ -103,6 +103,19 @@ fn compare_of_an_export_with_itself_reports_no_change() {
         .unwrap()
         .iter()
         .all(|p| p["time_delta_ns"] == 0));
+    let passes = v["passes"].as_array().unwrap();
+    assert_eq!(
+        passes.len(),
+        4,
+        "forward, backward, optimizer, measured steps"
+    );
+    assert!(passes
+        .iter()
+        .all(|p| p["kernel_delta_ns_per_step"] == 0.0 && p["gemm_delta_points"] == 0.0));
+    assert_eq!(v["gemm_fraction"]["delta_points"], 0.0);
+    let classes = v["classes"].as_array().unwrap();
+    assert!(classes.len() > 1, "kernels are classified");
+    assert!(classes.iter().all(|c| c["time_delta_ns"] == 0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("check passed"));
 }
 
@@ -266,9 +279,45 @@ fn fp32_vs_bf16_lines_up_families_and_ranges() {
         .collect();
     assert!(impact.windows(2).all(|w| w[0] >= w[1]));
 
-    // Until kernel classes exist every kernel is "other": one class row holding everything.
-    assert_eq!(v["classes"].as_array().unwrap().len(), 1);
-    assert_eq!(v["classes"][0]["time_delta_ns"], tb - ta);
+    // Kernel classes: fp32's `sm80_xmma_gemm_*`/CUTLASS and bf16's `nvjet_*` GEMMs are different
+    // families but one class. Its totals are nsys's own, summed over the GEMM kernels (named as
+    // cuBLAS, cuBLASLt and CUTLASS name them).
+    let is_gemm = |name: &str| {
+        name.to_ascii_lowercase().contains("gemm")
+            || name.starts_with("nvjet_")
+            || name.contains("splitKreduce")
+    };
+    let gemm = find(&v["classes"], "gemm");
+    assert_eq!(gemm["status"], "both");
+    let (ga, gna) = kern_sum(fp32, is_gemm);
+    let (gb, gnb) = kern_sum(bf16, is_gemm);
+    assert_eq!(
+        (
+            gemm["a"]["total_ns"].as_i64(),
+            gemm["a"]["instances"].as_i64()
+        ),
+        (Some(ga), Some(gna))
+    );
+    assert_eq!(
+        (
+            gemm["b"]["total_ns"].as_i64(),
+            gemm["b"]["instances"].as_i64()
+        ),
+        (Some(gb), Some(gnb))
+    );
+    let class_total: i64 = v["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["time_delta_ns"].as_i64().unwrap())
+        .sum();
+    assert_eq!(class_total, tb - ta, "classes partition the kernels");
+    // The GEMM fraction is that class's share of all kernel time.
+    let g = &v["gemm_fraction"];
+    assert!((g["a"].as_f64().unwrap() - ga as f64 / ta as f64).abs() < 1e-12);
+    assert!((g["b"].as_f64().unwrap() - gb as f64 / tb as f64).abs() < 1e-12);
+    let points = (gb as f64 / tb as f64 - ga as f64 / ta as f64) * 100.0;
+    assert!((g["delta_points"].as_f64().unwrap() - points).abs() < 1e-9);
 
     // Ranges: totals and instances from `nsys stats -r nvtx_sum` of each file.
     let nvtx = |file: &str, range: &str| {
@@ -349,22 +398,163 @@ fn kineto_and_nsys_traces_of_one_workload_line_up() {
 }
 
 #[test]
-fn memory_snapshots_are_refused_with_the_supported_pairs() {
+fn a_snapshot_and_a_trace_are_refused_with_the_supported_pairs() {
     let dir = tempfile::tempdir().unwrap();
     let snapshot = dir.path().join("snap.pickle");
     // A pickle's protocol opcode: detected as a memory snapshot before it is read.
     std::fs::write(&snapshot, [0x80, 0x04, 0x4b, 0x01, 0x2e]).unwrap();
     let s = snapshot.display().to_string();
-    let out = analyze(&["compare", &s, &s]);
+    let out = analyze(&["compare", &s, &path(FP32)]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("error: "), "{stderr}");
     assert!(
-        stderr.contains("memory snapshot") && stderr.contains("not supported"),
+        stderr.contains("memory snapshot") && stderr.contains("two memory snapshots"),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(!Path::new(&s).with_extension("sqlite").exists());
+}
+
+/// `analyze memory -f json` of one snapshot.
+fn memory_json(rel: &str) -> Value {
+    let out = analyze(&["memory", &path(rel), "-f", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    json_of(&out)
+}
+
+#[test]
+fn memory_pair_gives_the_difference_of_the_two_peaks() {
+    const FP32_SNAP: &str = "memsnap/memsnap_small_ctx128_train_fp32.pickle.gz";
+    const BF16_SNAP: &str = "memsnap/memsnap_small_ctx128_train_bf16.pickle.gz";
+    let out = analyze(&["compare", &path(FP32_SNAP), &path(BF16_SNAP), "-f", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    assert_eq!(v["kind"], "memory");
+    let ma = memory_json(FP32_SNAP);
+    let mb = memory_json(BF16_SNAP);
+    let peak = |m: &Value, k: &str| m[k].as_i64().unwrap();
+    assert_eq!(
+        v["peak_allocated_delta_bytes"].as_i64().unwrap(),
+        peak(&mb, "peak_allocated_bytes") - peak(&ma, "peak_allocated_bytes")
+    );
+    assert_eq!(
+        v["peak_reserved_delta_bytes"].as_i64().unwrap(),
+        peak(&mb, "peak_reserved_bytes") - peak(&ma, "peak_reserved_bytes")
+    );
+    assert_eq!(v["a"]["peak_allocated_bytes"], ma["peak_allocated_bytes"]);
+    // Categories at the peak are those `analyze memory` lists, side by side.
+    for (side, m) in [("a", &ma), ("b", &mb)] {
+        for c in m["categories_at_peak"].as_array().unwrap() {
+            let row = v["categories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["category"] == c["category"])
+                .unwrap();
+            assert_eq!(row[side]["bytes"], c["bytes"], "{}", c["category"]);
+        }
+    }
+    // Sites partition what is live at each peak, and are sorted by the size of the change.
+    let sites = v["sites"].as_array().unwrap();
+    for (side, m) in [("a", &ma), ("b", &mb)] {
+        let held: i64 = sites
+            .iter()
+            .map(|s| s[side]["bytes"].as_i64().unwrap())
+            .sum();
+        assert_eq!(held, peak(m, "peak_allocated_bytes"), "{side}");
+    }
+    let impact: Vec<i64> = sites
+        .iter()
+        .map(|s| s["delta_bytes"].as_i64().unwrap().abs())
+        .collect();
+    assert!(impact.windows(2).all(|w| w[0] >= w[1]));
+
+    // Readable: the table names the peak and the categories.
+    let table = analyze(&["compare", &path(FP32_SNAP), &path(BF16_SNAP)]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.contains("peak allocated"), "{text}");
+    assert!(text.contains("optimizer state"), "{text}");
+    // The kernel-time gate does not apply to snapshots.
+    let gated = analyze(&[
+        "compare",
+        &path(FP32_SNAP),
+        &path(BF16_SNAP),
+        "--fail-if-slower",
+        "5",
+    ]);
+    assert_eq!(gated.status.code(), Some(2));
+}
+
+/// `analyze profile -f json` of one export.
+fn profile_json(rel: &str) -> Value {
+    let out = analyze(&["profile", &path(rel), "-f", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    json_of(&out)
+}
+
+#[test]
+fn passes_per_step_are_those_of_the_two_profiles() {
+    let out = analyze(&["compare", &path(FP32), &path(BF16), "-f", "json"]);
+    let v = json_of(&out);
+    let (pa, pb) = (profile_json(FP32), profile_json(BF16));
+    let passes = v["passes"].as_array().unwrap();
+    let names: Vec<&str> = passes.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for name in ["forward", "backward", "optimizer", "measured steps"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let phase = |p: &Value, name: &str| -> Value {
+        if name == "measured steps" {
+            return p["step"].clone();
+        }
+        p["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    for row in passes {
+        let name = row["name"].as_str().unwrap();
+        let (fa, fb) = (phase(&pa, name), phase(&pb, name));
+        for key in ["kernel_ns_per_step", "wall_ns_per_step", "gemm_fraction"] {
+            assert_eq!(row["a"][key], fa[key], "{name} {key}");
+            assert_eq!(row["b"][key], fb[key], "{name} {key}");
+        }
+        let d =
+            fb["kernel_ns_per_step"].as_f64().unwrap() - fa["kernel_ns_per_step"].as_f64().unwrap();
+        assert!((row["kernel_delta_ns_per_step"].as_f64().unwrap() - d).abs() < 1e-6);
+    }
+    // The training step of the small model: 18.983 ms of kernels per step in fp32 (see
+    // `analyze profile`), less in bf16.
+    let step = passes
+        .iter()
+        .find(|p| p["name"] == "measured steps")
+        .unwrap();
+    assert!(step["kernel_delta_ns_per_step"].as_f64().unwrap() < 0.0);
+
+    // Markdown: readable per-class deltas with GEMM lined up, and the passes.
+    let md = analyze(&["compare", &path(FP32), &path(BF16), "-f", "markdown"]);
+    let text = String::from_utf8(md.stdout).unwrap();
+    assert!(text.contains("### Passes per step"), "{text}");
+    assert!(text.contains("| GEMM % of kernel time |"), "{text}");
+    let classes = text
+        .split("### Kernel classes")
+        .nth(1)
+        .unwrap()
+        .split("###")
+        .next()
+        .unwrap();
+    let gemm = classes.lines().find(|l| l.ends_with("| gemm |")).unwrap();
+    assert!(gemm.contains("| both |"), "{gemm}");
+    // Template arguments survive GitHub's HTML filter.
+    assert!(!text.contains("elementwise_kernel<"), "escaped");
 }
 
 #[test]

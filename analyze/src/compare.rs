@@ -1,27 +1,34 @@
 //! Comparing two GPU traces: what got slower or faster, by kernel, by variant family, by class,
-//! and by range.
+//! by pass and by range; and two memory snapshots ([`memory`]).
 //!
 //! Both traces may come from any reader (two nsys exports, two Kineto traces, or one of each):
 //! kernels are matched by their GNU-demangled name ([`crate::kernel_name::canonical_names`]), so
 //! nsys's and Kineto's spellings of one kernel line up. Kernels are also grouped by a caller-given
 //! function of that name: the variant family ([`crate::kernel_name::family`], which folds tile
-//! sizes, precisions and split-K variants of one GEMM together) and the kernel class (a hook:
-//! [`Grouping::class`], `"other"` for every kernel until kernel classes exist). Ranges (NVTX, or
-//! Kineto annotations) are compared by label (`domain:name`), for labels present in both traces.
-//! Rows are sorted by impact: the absolute change in total time. Everything here is pure; the
-//! command line decides what to print and the exit code ([`check_slower`]).
-//!
-//! Not compared here: memory snapshots, GEMM fractions (they need kernel classes), and kernels
-//! restricted to one phase (that needs phase attribution).
+//! sizes, precisions and split-K variants of one GEMM together) and the kernel class
+//! ([`Grouping::class`]; [`compare_traces`] uses a [`Classifier`], so fp32 `sm80_xmma_gemm_*` and
+//! bf16 `nvjet_*` kernels, different families, meet in the `gemm` class). Ranges (NVTX, or
+//! Kineto annotations) are compared by label (`domain:name`), for labels present in both traces;
+//! passes (forward, backward, optimizer, the measured steps) per step through
+//! [`crate::profile::profile`] ([`passes`]), with the GEMM fraction of each. Rows are sorted by
+//! impact: the absolute change in total time. Everything here is pure; the command line decides
+//! what to print and the exit code ([`check_slower`]).
+
+pub mod memory;
+pub mod passes;
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use serde_json::json;
 
+use crate::kernel_class::{Classifier, KernelClass};
 use crate::kernel_name::{canonical_names, family, short_name};
 use crate::model::{Nanos, SourceFormat, Trace};
+use crate::profile::{profile, ProfileOptions};
 use crate::render::{Cell, Document, Section, Table};
+
+use self::passes::{pass_deltas, PassDelta};
 
 /// Count and total time of a kernel (or group, or range) in one trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -134,9 +141,28 @@ pub struct Grouping<'a> {
     pub class: &'a dyn Fn(&str) -> String,
 }
 
-/// The class of every kernel until kernel classes exist.
+/// Every kernel in one class, `other`: for comparisons that do not classify.
 pub fn no_class(_: &str) -> String {
     "other".to_owned()
+}
+
+/// The class of a kernel by `classifier`, as [`Grouping::class`] wants it (`gemm`, `softmax`).
+pub fn class_of(classifier: &Classifier) -> impl Fn(&str) -> String + '_ {
+    move |name| classifier.classify(name).as_str().to_owned()
+}
+
+/// GEMM-class kernel time over all kernel time, in A and B (0..1; `None` without kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GemmFraction {
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+}
+
+impl GemmFraction {
+    /// The change in percentage points.
+    pub fn delta_points(&self) -> Option<f64> {
+        Some((self.b? - self.a?) * 100.0)
+    }
 }
 
 impl Default for Grouping<'static> {
@@ -161,6 +187,11 @@ pub struct Comparison {
     pub classes: Vec<Delta>,
     /// Per range label present in both traces, by impact.
     pub phases: Vec<PhaseDelta>,
+    /// Per pass and per step (forward, backward, optimizer, measured steps) where both traces
+    /// have the pass; empty unless made by [`compare_traces`].
+    pub passes: Vec<PassDelta>,
+    /// Whole-trace GEMM fraction; `None` unless kernels were classified ([`compare_traces`]).
+    pub gemm_fraction: Option<GemmFraction>,
 }
 
 impl Comparison {
@@ -284,7 +315,43 @@ pub fn compare(a: &Trace, b: &Trace, grouping: &Grouping<'_>) -> Comparison {
         families: deltas(&ta, &tb, grouping.family, grouping.class),
         classes: deltas(&ta, &tb, grouping.class, grouping.class),
         phases: phase_deltas(a, b),
+        passes: Vec::new(),
+        gemm_fraction: None,
     }
+}
+
+/// Compare trace `b` against trace `a` with kernel classes: per-class deltas, the GEMM fraction
+/// of each, and per-step pass deltas from both traces' profiles.
+pub fn compare_traces(
+    a: &Trace,
+    b: &Trace,
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+) -> Comparison {
+    let class = class_of(classifier);
+    let grouping = Grouping {
+        family: &family,
+        class: &class,
+    };
+    let mut c = compare(a, b, &grouping);
+    let gemm = KernelClass::Gemm.as_str();
+    let share = |side: fn(&Delta) -> Nanos, total: Nanos| {
+        (total.0 > 0).then(|| {
+            let g: i64 = c
+                .classes
+                .iter()
+                .filter(|d| d.name == gemm)
+                .map(|d| side(d).0)
+                .sum();
+            g as f64 / total.0 as f64
+        })
+    };
+    c.gemm_fraction = Some(GemmFraction {
+        a: share(|d| d.a.total, c.a.kernel_time),
+        b: share(|d| d.b.total, c.b.kernel_time),
+    });
+    c.passes = pass_deltas(&profile(a, classifier, opts), &profile(b, classifier, opts));
+    c
 }
 
 /// A `--fail-if-slower` check that failed.
@@ -449,6 +516,16 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
         Cell::Missing,
         Cell::Missing,
     ]);
+    if let Some(g) = &c.gemm_fraction {
+        summary.push(vec![
+            Cell::text("GEMM % of kernel time"),
+            g.a.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
+            g.b.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
+            g.delta_points()
+                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            Cell::Missing,
+        ]);
+    }
     let summary = Section {
         title: Some("Summary".to_owned()),
         table: summary,
@@ -484,25 +561,74 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
         Vec::new()
     };
 
+    let mut sections = vec![summary];
+    if !c.passes.is_empty() {
+        sections.push(passes_section(&c.passes));
+    }
+    sections.extend([
+        delta_section(
+            "Kernel families (tile-size, precision and split-K variants folded)",
+            &c.families,
+            "Family",
+            true,
+            opts,
+        ),
+        delta_section("Kernel classes", &c.classes, "Class", false, opts),
+        delta_section("Kernels", &c.kernels, "Kernel", true, opts),
+        Section {
+            title: Some("Ranges in both traces".to_owned()),
+            table: phases,
+            notes: phase_notes,
+        },
+    ]);
     Document {
-        sections: vec![
-            summary,
-            delta_section(
-                "Kernel families (tile-size, precision and split-K variants folded)",
-                &c.families,
-                "Family",
-                true,
-                opts,
-            ),
-            delta_section("Kernel classes", &c.classes, "Class", false, opts),
-            delta_section("Kernels", &c.kernels, "Kernel", true, opts),
-            Section {
-                title: Some("Ranges in both traces".to_owned()),
-                table: phases,
-                notes: phase_notes,
-            },
-        ],
+        sections,
         json: Some(comparison_json(c)),
+    }
+}
+
+fn opt_ms(ns: Option<f64>) -> Cell {
+    ns.map_or(Cell::Missing, |v| Cell::Float(v / 1e6, 3))
+}
+
+fn opt_pct(f: Option<f64>) -> Cell {
+    f.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1))
+}
+
+fn passes_section(rows: &[PassDelta]) -> Section {
+    let mut t = Table::new([
+        "Δ Kernel/step (ms)",
+        "Δ %",
+        "A Kernel/step (ms)",
+        "B Kernel/step (ms)",
+        "A Wall/step (ms)",
+        "B Wall/step (ms)",
+        "A GEMM %",
+        "B GEMM %",
+        "Δ GEMM (points)",
+        "Pass",
+    ]);
+    for p in rows {
+        t.push(vec![
+            opt_ms(p.kernel_delta_ns()),
+            pct_cell(p.kernel_delta_pct()),
+            opt_ms(p.a.kernel_ns_per_step),
+            opt_ms(p.b.kernel_ns_per_step),
+            opt_ms(p.a.wall_ns_per_step),
+            opt_ms(p.b.wall_ns_per_step),
+            opt_pct(p.a.gemm_fraction),
+            opt_pct(p.b.gemm_fraction),
+            p.gemm_delta_points()
+                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            Cell::text(&p.name),
+        ]);
+    }
+    Section {
+        title: Some("Passes per step".to_owned()),
+        table: t,
+        notes: vec![
+            "Per measured step (`step_N` ranges), as `analyze profile` reports each trace: GPU kernel time, NVTX wall time and GEMM share of each pass.".to_owned(),
+        ],
     }
 }
 
@@ -529,8 +655,23 @@ fn delta_json(d: &Delta) -> serde_json::Value {
 /// The JSON shape of a comparison.
 pub fn comparison_json(c: &Comparison) -> serde_json::Value {
     json!({
+        "kind": "traces",
         "a": c.a,
         "b": c.b,
+        "gemm_fraction": c.gemm_fraction.map(|g| json!({
+            "a": g.a,
+            "b": g.b,
+            "delta_points": g.delta_points(),
+        })),
+        "passes": c.passes.iter().map(|p| json!({
+            "name": p.name,
+            "a": p.a,
+            "b": p.b,
+            "kernel_delta_ns_per_step": p.kernel_delta_ns(),
+            "kernel_delta_pct": p.kernel_delta_pct(),
+            "wall_delta_ns_per_step": p.wall_delta_ns(),
+            "gemm_delta_points": p.gemm_delta_points(),
+        })).collect::<Vec<_>>(),
         "kernel_time_delta_ns": c.kernel_time_delta(),
         "kernel_time_delta_pct": c.kernel_time_delta_pct(),
         "families": c.families.iter().map(delta_json).collect::<Vec<_>>(),
@@ -639,6 +780,8 @@ mod tests {
             families: Vec::new(),
             classes: Vec::new(),
             phases: Vec::new(),
+            passes: Vec::new(),
+            gemm_fraction: None,
         };
         assert!(
             check_slower(&mk(1000, 1050), 5.0).is_none(),

@@ -63,6 +63,10 @@ pub enum Error {
     /// A trace that lacks what a profile needs (no kernels, no CUDA API calls, ...).
     #[error("{}: nothing to profile: {message}", path.display())]
     NothingToProfile { path: PathBuf, message: String },
+
+    /// A `--label FILE=LABEL` whose file is not among the inputs.
+    #[error("{}: --label names a file that is not among the inputs", path.display())]
+    UnmatchedLabel { path: PathBuf },
 }
 
 fn describe_tables(tables: &[String]) -> String {

@@ -17,6 +17,7 @@ pub mod phases;
 pub mod plot;
 pub mod profile;
 pub mod render;
+pub mod report;
 pub mod stats;
 
 pub use error::{Error, Result};

@@ -468,6 +468,9 @@ pub struct StackedBars {
     pub colors: Vec<(String, RGBColor)>,
     /// Legend text for part names (defaults to the name).
     pub legend: Vec<(String, String)>,
+    /// End of the value axis (`None`: a little above the longest bar); `Some(100.0)` for shares
+    /// in percent.
+    pub value_max: Option<f64>,
     pub width: u32,
     pub height: u32,
 }
@@ -551,12 +554,14 @@ impl Chart for StackedBars {
         let (plot_area, legend_area) = body.split_horizontally(w - legend_w);
 
         let n = self.bars.len().max(1);
-        let top = nice_max(
-            self.bars
-                .iter()
-                .map(|b| self.stacked(b, &names).iter().map(|(_, v)| v).sum::<f64>())
-                .fold(0.0f64, f64::max),
-        );
+        let top = self.value_max.filter(|m| *m > 0.0).unwrap_or_else(|| {
+            nice_max(
+                self.bars
+                    .iter()
+                    .map(|b| self.stacked(b, &names).iter().map(|(_, v)| v).sum::<f64>())
+                    .fold(0.0f64, f64::max),
+            )
+        });
         let labels: Vec<String> = self.bars.iter().map(|b| b.label.clone()).collect();
         let label_at = |x: f64| -> String {
             if (x - x.floor() - 0.5).abs() < 1e-6 {
@@ -697,6 +702,7 @@ mod tests {
             }],
             colors: Vec::new(),
             legend: Vec::new(),
+            value_max: None,
             width: 400,
             height: 300,
         };

@@ -334,8 +334,14 @@ impl Renderer for JsonRenderer {
 /// GitHub-flavoured Markdown tables, ready to paste into a report.
 pub struct MarkdownRenderer;
 
+/// `s` made safe for a Markdown table cell: pipes escaped, newlines flattened, and `<`/`>` as
+/// entities, since GitHub drops what looks like an HTML tag (`elementwise_kernel<float>` would lose
+/// its template arguments).
 pub fn markdown_escape(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    s.replace('|', "\\|")
+        .replace('\n', " ")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 impl Renderer for MarkdownRenderer {
@@ -421,6 +427,18 @@ mod tests {
         let s = render_to_string(Format::Markdown, &sample());
         assert!(s.contains("| ---: | ---: | --- |"));
         assert!(s.contains("a\\|b"));
+    }
+
+    #[test]
+    fn markdown_escapes_angle_brackets_of_template_names() {
+        let mut t = Table::new(["Kernel"]);
+        t.push(vec![Cell::text("elementwise_kernel<128, 2, Mul<float>>")]);
+        let s = render_to_string(Format::Markdown, &Document::single(t));
+        assert!(
+            s.contains("| elementwise_kernel&lt;128, 2, Mul&lt;float&gt;&gt; |"),
+            "{s}"
+        );
+        assert!(!s.contains('<'));
     }
 
     #[test]

@@ -311,6 +311,7 @@ pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
         bars,
         colors,
         legend,
+        value_max: None,
         width: if reports.len() > 1 { 1400 } else { 1000 },
         height,
     }

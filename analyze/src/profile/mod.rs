@@ -349,13 +349,16 @@ fn range_names_hint(trace: &Trace) -> Option<String> {
     ))
 }
 
-/// `head_dim` from a trace's run metadata (`head_dim`, or `d_model` over `num_heads`).
+/// `head_dim` from a trace's run metadata (`head_dim`, or `d_model` over `num_heads`; `collect`
+/// writes `heads`).
 fn head_dim_from_run(trace: &Trace) -> Option<u32> {
     let run = &trace.source.run;
     let int = |k: &str| run.get(k).and_then(|v| v.trim().parse::<u32>().ok());
     int("head_dim").or_else(|| {
         let d = int("d_model")?;
-        let h = int("num_heads").or_else(|| int("n_heads"))?;
+        let h = int("num_heads")
+            .or_else(|| int("n_heads"))
+            .or_else(|| int("heads"))?;
         (h > 0 && d % h == 0).then_some(d / h)
     })
 }

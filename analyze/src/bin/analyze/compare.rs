@@ -1,9 +1,13 @@
-//! `analyze compare A B`: what changed between two GPU traces, and a CI gate on GPU kernel time.
+//! `analyze compare A B`: what changed between two GPU traces or two memory snapshots, and a CI
+//! gate on GPU kernel time.
 
 use std::path::{Path, PathBuf};
 
-use analyze::compare::{self, DocumentOptions, Grouping};
+use analyze::compare::{self, memory as memory_compare, DocumentOptions};
 use analyze::ingest::{self, Kind};
+use analyze::memory::categories::Rules;
+use analyze::memory::summary::{analyze as analyze_memory, MemoryOptions};
+use analyze::profile::{self, ProfileOptions};
 use analyze::render::{render_to_string, Format};
 
 use crate::Outcome;
@@ -18,29 +22,40 @@ const SLOWED_SHOWN: usize = 10;
 #[command(
     after_help = "Supported pairs: two GPU traces, each an Nsight Systems export (.sqlite, \
                   .sqlite.gz, .nsys-rep) or a PyTorch profiler (Kineto) trace (.json, .json.gz), \
-                  in any pairing. Memory snapshots cannot be compared yet.\n\n\
+                  in any pairing; or two PyTorch memory snapshots (.pickle, .pickle.gz).\n\n\
+                  Traces: summary (kernel time, GEMM %), passes per step (forward, backward, \
+                  optimizer, measured steps), kernel families, kernel classes, kernels, ranges. \
+                  Snapshots: peak allocated and reserved, categories at the peak, allocations at \
+                  the peak by category and frame. Every table is sorted by the size of the \
+                  change.\n\n\
                   Exit status: 0 when the comparison was printed (and the --fail-if-slower check \
                   passed), 1 when B's GPU kernel time is more than PCT% above A's, 2 for unreadable \
                   input or bad usage."
 )]
 pub struct Args {
-    /// The baseline trace.
+    /// The baseline trace or snapshot.
     pub a: PathBuf,
-    /// The trace compared against the baseline.
+    /// The trace or snapshot compared against the baseline.
     pub b: PathBuf,
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
     /// Exit 1 when B's total GPU kernel time is more than PCT percent above A's, naming the
-    /// kernels that got slower.
+    /// kernels that got slower (GPU traces only).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_if_slower: Option<f64>,
-    /// Rows per kernel, family and class table (0: all). JSON always has every row.
+    /// Rows per kernel, family, class and allocation table (0: all). JSON always has every row.
     #[arg(long, default_value_t = 25)]
     pub limit: usize,
     /// Print whole kernel names instead of cutting them at 100 characters.
     #[arg(long)]
     pub full_names: bool,
+    /// Kernel-class rules (TOML or JSON) tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
+    /// Memory category rules (TOML or JSON) tried before the built-in ones (snapshots).
+    #[arg(long, value_name = "FILE")]
+    pub categories: Option<PathBuf>,
 }
 
 fn parse_pct(s: &str) -> Result<f64, String> {
@@ -52,32 +67,47 @@ fn parse_pct(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Refuse inputs that are not GPU traces before reading them in full.
-fn check_pairable(path: &Path) -> anyhow::Result<()> {
-    if ingest::detect(path)? == Kind::TorchSnapshot {
+/// Whether the pair is two snapshots (`true`) or two traces (`false`); refuses a mixed pair
+/// before either is read in full.
+fn pair_kind(a: &Path, b: &Path) -> anyhow::Result<bool> {
+    let snapshot_a = ingest::detect(a)? == Kind::TorchSnapshot;
+    let snapshot_b = ingest::detect(b)? == Kind::TorchSnapshot;
+    if snapshot_a != snapshot_b {
+        let (snap, trace) = if snapshot_a { (a, b) } else { (b, a) };
         anyhow::bail!(
-            "{}: is a PyTorch memory snapshot; `compare` reads two GPU traces (Nsight Systems \
-             exports .sqlite/.sqlite.gz/.nsys-rep or Kineto traces .json/.json.gz, in any \
-             pairing); comparing memory snapshots is not supported yet",
-            path.display()
+            "{} is a PyTorch memory snapshot but {} is a GPU trace; `compare` takes two GPU \
+             traces (Nsight Systems exports or Kineto traces, in any pairing) or two memory \
+             snapshots",
+            snap.display(),
+            trace.display()
         );
     }
-    Ok(())
+    Ok(snapshot_a)
+}
+
+fn label(path: &Path) -> String {
+    path.display().to_string()
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    check_pairable(&args.a)?;
-    check_pairable(&args.b)?;
-    let a = ingest::load_trace(&args.a)?;
-    let b = ingest::load_trace(&args.b)?;
-    let comparison = compare::compare(&a, &b, &Grouping::default());
-
     // CSV and JSON are for programs: every row, whole names.
     let for_people = matches!(args.format, Format::Table | Format::Markdown);
     let opts = DocumentOptions {
         limit: (for_people && args.limit > 0).then_some(args.limit),
         name_width: (for_people && !args.full_names).then_some(NAME_WIDTH),
     };
+    if pair_kind(&args.a, &args.b)? {
+        if args.fail_if_slower.is_some() {
+            anyhow::bail!(
+                "--fail-if-slower checks GPU kernel time; it does not apply to memory snapshots"
+            );
+        }
+        return run_memory(&args, &opts);
+    }
+    let classifier = profile::classifier(args.classes.as_deref())?;
+    let a = ingest::load_trace(&args.a)?;
+    let b = ingest::load_trace(&args.b)?;
+    let comparison = compare::compare_traces(&a, &b, &classifier, &ProfileOptions::default());
     let doc = compare::document(&comparison, &opts);
     crate::print(&render_to_string(args.format, &doc))?;
 
@@ -116,6 +146,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     eprint!("{msg}");
     Ok(Outcome::CheckFailed)
+}
+
+fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
+    let rules = match &args.categories {
+        Some(p) => Rules::with_user_file(p)?,
+        None => Rules::builtin(),
+    };
+    let mut sides = Vec::with_capacity(2);
+    for path in [&args.a, &args.b] {
+        let snap = ingest::load_snapshot(path)?;
+        let mopts = MemoryOptions {
+            label: label(path),
+            ..MemoryOptions::default()
+        };
+        let analysis = analyze_memory(&snap, &rules, &mopts);
+        let sites = memory_compare::sites_at_peak(&snap, &analysis);
+        sides.push((analysis.report, sites));
+    }
+    let c = memory_compare::compare_memory(&sides[0].0, &sides[0].1, &sides[1].0, &sides[1].1);
+    let doc = memory_compare::document(&c, opts);
+    crate::print(&render_to_string(args.format, &doc))?;
+    Ok(Outcome::Success)
 }
 
 fn describe_change(pct: Option<f64>) -> String {

@@ -5,6 +5,7 @@
 mod compare;
 mod memory;
 mod profile;
+mod report;
 mod stats;
 
 use std::io::Write;
@@ -31,6 +32,9 @@ enum Command {
     Profile(profile::Args),
     /// Peaks, timelines, top allocations, categories and plots from PyTorch memory snapshots.
     Memory(memory::Args),
+    /// Report sections over a whole sweep: times, top kernels, GEMM fraction, softmax vs matmul,
+    /// peak memory, plots; into DIR/report.md and DIR/report.json.
+    Report(report::Args),
 }
 
 /// What a subcommand asks `main` to do once it has finished.
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Profile(args) => profile::run(args),
         Command::Memory(args) => memory::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,130 @@
+//! `analyze report PATHS... -o DIR`: the sections of a profiling write-up over a whole sweep.
+
+use std::path::PathBuf;
+
+use analyze::memory::categories::Rules;
+use analyze::phases::Attribution;
+use analyze::profile::{self, ProfileOptions};
+use analyze::report::inputs::{self, LoadOptions};
+use analyze::report::output::{self, OutputOptions};
+
+use crate::Outcome;
+
+const LONG_ABOUT: &str = "\
+Read every supported file named, and every file under the folders named: Nsight Systems exports
+(.sqlite, .sqlite.gz, .nsys-rep), PyTorch profiler (Kineto) traces (.json, .json.gz), PyTorch
+memory snapshots (.pickle, .pickle.gz) and `collect bench` results (.json). Files are recognised
+by their content; other files in the folders (CSV, notes, ...) are skipped and listed.
+
+Writes into DIR: report.md (Markdown, plots linked), report.json (the same tables with full
+precision, and every run's complete profile or memory report) and the plots as PNG:
+kernel_classes.png, kernel_classes_by_pass.png, gemm_fraction.png, memory_categories.png and one
+memory_timeline_<run>.png per snapshot.
+
+Sections: runs; forward, backward and step time per run; top kernel per pass; top non-GEMM kernel;
+GEMM fraction of inference against training (model x context matrix); softmax against matmul in
+attention with the FLOP ratio 5/(4*head_dim); peak memory (forward against training step, fp32
+against autocast); benchmark results (OOM where a configuration ran out of memory); skipped files.
+
+Runs are labelled from the run metadata a file carries (the RUN_METADATA table that
+`collect --trace` writes: model, ctx, batch, mode, precision), else from the file name:
+  ..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...   e.g. torch_small_ctx128_fwd_fp32.sqlite
+(size: small, medium, large, xl, 2.7B; also `bs8`/`batch8` for the batch), else with
+--label FILE=LABEL, which wins when given (LABEL is read with the same pattern for the fields).";
+
+#[derive(clap::Args)]
+#[command(after_long_help = LONG_ABOUT)]
+pub struct Args {
+    /// Files or folders (searched recursively).
+    #[arg(required = true, value_name = "PATHS")]
+    pub paths: Vec<PathBuf>,
+    /// Folder to write report.md, report.json and the plots into (made if need be).
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: PathBuf,
+    /// Name a run: FILE=LABEL (may be repeated). FILE is the path as given or a file name.
+    #[arg(long, short = 'l', value_name = "FILE=LABEL", value_parser = parse_label)]
+    pub label: Vec<(PathBuf, String)>,
+    /// Kernel-class rules (TOML or JSON) tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
+    /// Memory category rules (TOML or JSON) tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub categories: Option<PathBuf>,
+    /// How kernels are attributed to NVTX ranges: process (default) or thread (nsys's rule).
+    #[arg(long, default_value = "process", value_parser = parse_attribution)]
+    pub attribution: Attribution,
+    /// Attention head dimension for every run (default: from metadata or the model size).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub head_dim: Option<u32>,
+    /// Do not write plots.
+    #[arg(long)]
+    pub no_plots: bool,
+    /// Write SVG copies of the plots as well.
+    #[arg(long)]
+    pub svg: bool,
+    /// Print nothing on stderr while reading.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+fn parse_label(s: &str) -> Result<(PathBuf, String), String> {
+    match s.rsplit_once('=') {
+        Some((f, l)) if !f.is_empty() && !l.trim().is_empty() => {
+            Ok((PathBuf::from(f), l.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "`{s}` is not FILE=LABEL (e.g. run3.sqlite=small_ctx128_train_fp32)"
+        )),
+    }
+}
+
+fn parse_attribution(s: &str) -> Result<Attribution, String> {
+    s.parse()
+}
+
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let classifier = profile::classifier(args.classes.as_deref())?;
+    let rules = match &args.categories {
+        Some(p) => Rules::with_user_file(p)?,
+        None => Rules::builtin(),
+    };
+    let opts = LoadOptions {
+        classifier: &classifier,
+        profile: ProfileOptions {
+            attribution: args.attribution,
+            head_dim: args.head_dim,
+            ..ProfileOptions::default()
+        },
+        rules: &rules,
+        memory_top: 10,
+        labels: args.label,
+    };
+    let quiet = args.quiet;
+    let mut progress = |line: &str| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    };
+    let loaded = inputs::load(&args.paths, &opts, &mut progress)?;
+    if loaded.is_empty() {
+        anyhow::bail!(
+            "no GPU trace, memory snapshot or bench results among the inputs ({} other files skipped)",
+            loaded.skipped.len()
+        );
+    }
+    let report = analyze::report::build(&loaded);
+    let out_opts = OutputOptions {
+        plots: !args.no_plots,
+        svg: args.svg,
+    };
+    let written = output::write(&args.out, &report, &loaded, out_opts, &mut progress)?;
+    if !quiet {
+        eprintln!(
+            "wrote {} files into {}: report.md, report.json{}",
+            written.len(),
+            args.out.display(),
+            if out_opts.plots { " and plots" } else { "" }
+        );
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,292 @@
+//! Finding and reading a report's inputs: files named on the command line and every file under
+//! the folders named there, each recognised by its content ([`crate::ingest::detect`]), never by
+//! its name.
+//!
+//! A file named directly must be readable and of a supported kind, or the report fails with the
+//! loader's error. A file found by walking a folder that is not a profile (a CSV, a README, a
+//! `peaks.jsonl`) or that cannot be read is skipped and listed in the report with the reason, so
+//! one bad file does not sink a whole sweep. A `.nsys-rep` beside its `.sqlite` export is skipped
+//! in favour of the export. Each file is analysed as soon as it is read and then dropped, so a
+//! sweep of many large traces never sits in memory at once.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::ingest::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
+use crate::kernel_class::Classifier;
+use crate::memory::categories::Rules;
+use crate::memory::charts::timeline_chart;
+use crate::memory::summary::{analyze, MemoryOptions};
+use crate::model::Trace;
+use crate::profile::{check_profilable, profile, ProfileOptions};
+
+use super::bench::{looks_like_bench, parse as parse_bench};
+use super::labels::{label_run, Labelled};
+use super::{BenchRun, Inputs, Skipped, SnapshotRun, TraceRun};
+
+/// How to read and analyse the inputs.
+pub struct LoadOptions<'a> {
+    pub classifier: &'a Classifier,
+    /// Options of every profile; `head_dim` left `None` is taken per run from its label.
+    pub profile: ProfileOptions,
+    pub rules: &'a Rules,
+    /// Allocations listed at each snapshot's peak.
+    pub memory_top: usize,
+    /// `--label FILE=LABEL` pairs.
+    pub labels: Vec<(PathBuf, String)>,
+}
+
+/// A file to read, and whether it was named directly (errors are fatal) or found in a folder.
+struct Candidate {
+    path: PathBuf,
+    named: bool,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Every file under `dir`, sorted by path, hidden files and folders left out.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_error(dir))?
+        .map(|e| e.map(|e| e.path()).map_err(io_error(dir)))
+        .collect::<Result<_>>()?;
+    entries.sort();
+    for p in entries {
+        let hidden = p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn candidates(paths: &[PathBuf]) -> Result<Vec<Candidate>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files = Vec::new();
+            walk(p, &mut files)?;
+            out.extend(
+                files
+                    .into_iter()
+                    .map(|path| Candidate { path, named: false }),
+            );
+        } else {
+            ingest::check_file(p)?;
+            out.push(Candidate {
+                path: p.clone(),
+                named: true,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What one file turned out to hold.
+enum Loaded {
+    Trace(Box<TraceRun>),
+    Snapshot(Box<SnapshotRun>),
+    Bench(BenchRun),
+}
+
+/// The user's label for `path`, matched by the path as given, by the same file, or by file name.
+fn user_label<'a>(labels: &'a [(PathBuf, String)], path: &Path) -> Option<&'a str> {
+    let same_file = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    labels
+        .iter()
+        .find(|(f, _)| f == path || same_file(f, path))
+        .or_else(|| {
+            labels.iter().find(|(f, _)| {
+                f.components().count() == 1 && path.file_name() == Some(f.as_os_str())
+            })
+        })
+        .map(|(_, l)| l.as_str())
+}
+
+fn trace_run(trace: Trace, labelled: Labelled, opts: &LoadOptions<'_>) -> Result<TraceRun> {
+    check_profilable(&trace)?;
+    let mut popts = opts.profile.clone();
+    if popts.head_dim.is_none() {
+        popts.head_dim = labelled.head_dim;
+    }
+    let profile = profile(&trace, opts.classifier, &popts);
+    Ok(TraceRun {
+        label: labelled.label,
+        file: trace.source.path.display().to_string(),
+        format: trace.source.format,
+        run: labelled.run,
+        label_source: labelled.source,
+        head_dim: popts.head_dim,
+        kernels: trace.kernels.len(),
+        profile,
+    })
+}
+
+fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
+    let name = path.display().to_string();
+    let label = user_label(&opts.labels, path);
+    let trace = match ingest::detect(path)? {
+        Kind::NsysSqlite => nsys_sqlite::load(path)?,
+        Kind::NsysSqliteGz => nsys_sqlite::load_gz(path)?,
+        Kind::NsysRep => nsys_sqlite::load(&nsys_rep::sqlite_for(path)?)?,
+        Kind::Kineto => {
+            let bytes = ingest::read_maybe_gzip(path)?;
+            if looks_like_bench(&bytes) {
+                let results = parse_bench(path, &bytes)?;
+                let labelled = label_run(&name, None, label);
+                return Ok(Loaded::Bench(BenchRun {
+                    label: labelled.label,
+                    file: name,
+                    results,
+                }));
+            }
+            kineto::parse(path, &bytes)?
+        }
+        Kind::TorchSnapshot => {
+            let snap = torch_snapshot::load(path)?;
+            let labelled = label_run(&name, None, label);
+            let mopts = MemoryOptions {
+                top: opts.memory_top,
+                device: None,
+                label: labelled.label.clone(),
+            };
+            let mut analysis = analyze(&snap, opts.rules, &mopts);
+            analysis.report.run = labelled.run.clone();
+            let timeline = Some(timeline_chart(&analysis));
+            return Ok(Loaded::Snapshot(Box::new(SnapshotRun {
+                label: labelled.label,
+                file: name,
+                run: labelled.run,
+                label_source: labelled.source,
+                memory: analysis.report,
+                timeline,
+            })));
+        }
+    };
+    let labelled = label_run(&name, Some(&trace.source.run), label);
+    trace_run(trace, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
+}
+
+/// One line saying what a loaded file is.
+fn describe(l: &Loaded) -> String {
+    match l {
+        Loaded::Trace(t) => format!(
+            "{}: {} kernels, {} measured steps",
+            t.label, t.kernels, t.profile.measured_steps
+        ),
+        Loaded::Snapshot(s) => format!(
+            "{}: memory snapshot, {} trace entries",
+            s.label, s.memory.trace_entries
+        ),
+        Loaded::Bench(b) => format!(
+            "{}: bench results, {} configurations",
+            b.label,
+            b.results.rows.len()
+        ),
+    }
+}
+
+/// Give runs that share a label a `#2`, `#3` suffix, in input order.
+fn disambiguate(labels: Vec<&mut String>) {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for l in labels {
+        let n = seen.entry(l.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            l.push_str(&format!(" #{n}"));
+        }
+    }
+}
+
+/// Read every input under `paths`. `progress` gets one line per file as it is done.
+pub fn load(
+    paths: &[PathBuf],
+    opts: &LoadOptions<'_>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Inputs> {
+    let all = candidates(paths)?;
+    let mut inputs = Inputs::default();
+    let total = all.len();
+    for (i, c) in all.iter().enumerate() {
+        let shown = c.path.display().to_string();
+        let is_rep = c
+            .path
+            .extension()
+            .is_some_and(|e| e == "nsys-rep" || e == "qdrep");
+        if is_rep && !c.named {
+            let sqlite = c.path.with_extension("sqlite");
+            if all.iter().any(|o| o.path == sqlite) {
+                inputs.skipped.push(Skipped {
+                    file: shown,
+                    reason: format!("its export {} is read instead", sqlite.display()),
+                });
+                continue;
+            }
+        }
+        match load_one(&c.path, opts) {
+            Ok(loaded) => {
+                progress(&format!(
+                    "[{}/{total}] {shown}: {}",
+                    i + 1,
+                    describe(&loaded)
+                ));
+                match loaded {
+                    Loaded::Trace(t) => inputs.traces.push(*t),
+                    Loaded::Snapshot(s) => inputs.snapshots.push(*s),
+                    Loaded::Bench(b) => inputs.benches.push(b),
+                }
+            }
+            Err(e) if !c.named => {
+                let reason = match e {
+                    Error::UnknownFormat { .. } => "not a recognised input".to_owned(),
+                    other => {
+                        // The error names the file; the table already does.
+                        let text = other.to_string();
+                        text.strip_prefix(&format!("{shown}: "))
+                            .map_or(text.clone(), str::to_owned)
+                    }
+                };
+                progress(&format!("[{}/{total}] {shown}: skipped ({reason})", i + 1));
+                inputs.skipped.push(Skipped {
+                    file: shown,
+                    reason,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    for (file, label) in &opts.labels {
+        let used = all.iter().any(|c| {
+            user_label(
+                std::slice::from_ref(&(file.clone(), label.clone())),
+                &c.path,
+            )
+            .is_some()
+        });
+        if !used {
+            return Err(Error::UnmatchedLabel { path: file.clone() });
+        }
+    }
+    disambiguate(inputs.traces.iter_mut().map(|t| &mut t.label).collect());
+    disambiguate(inputs.snapshots.iter_mut().map(|s| &mut s.label).collect());
+    for s in &mut inputs.snapshots {
+        s.memory.label.clone_from(&s.label);
+    }
+    disambiguate(inputs.benches.iter_mut().map(|b| &mut b.label).collect());
+    Ok(inputs)
+}
