@@ -319,6 +319,15 @@ pub fn run_one_with(
         caching: caching.clone(),
     };
     let mut recorders: Vec<Box<dyn RangeRecorder>> = Vec::new();
+    let trace = match &rec.trace {
+        Some(_) => Some(TraceSession::start()?),
+        None => None,
+    };
+    // The trace's recorder goes first: a range ends there, as in NVTX, before the phase frames
+    // below wait for the device.
+    if let Some(t) = &trace {
+        recorders.push(t.range_recorder());
+    }
     // Set during the recorded step: its phases end when their GPU work has (see PhaseFrames).
     let sync_phases = Rc::new(std::cell::Cell::new(false));
     if let (Some(_), Some(c)) = (&rec.memory_snapshot, &caching) {
@@ -332,13 +341,6 @@ pub fn run_one_with(
         recorders.push(Box::new(
             PhaseFrames::new(ctx).sync_at_phase_end(sync_phases.clone(), sync),
         ));
-    }
-    let trace = match &rec.trace {
-        Some(_) => Some(TraceSession::start()?),
-        None => None,
-    };
-    if let Some(t) = &trace {
-        recorders.push(t.range_recorder());
     }
     if !recorders.is_empty() {
         let fanout = Box::new(ranges::Fanout(recorders));
