@@ -556,11 +556,11 @@ mod tests {
         let f = frames(&[
             &[
                 ("at::_ops::exp::redispatch(x)", "??", 0),
-                ("softmax", "/work/torch_ref.py", 28),
-                ("sdpa", "/work/torch_ref.py", 37),
-                ("forward", "/work/torch_ref.py", 66),
+                ("softmax", "/home/user/cs336/torch_ref.py", 28),
+                ("sdpa", "/home/user/cs336/torch_ref.py", 37),
+                ("forward", "/home/user/cs336/torch_ref.py", 66),
                 CALL,
-                ("step", "/work/torch_ref.py", 83),
+                ("step", "/home/user/cs336/torch_ref.py", 83),
             ],
             &[
                 ("at::_ops::mul_Tensor::call(x)", "??", 0),
@@ -587,9 +587,9 @@ mod tests {
             // A driver function named like a loss must not make a matmul a loss.
             &[
                 ("at::_ops::bmm::call(x)", "??", 0),
-                ("forward", "/work/model.py", 18),
+                ("forward", "/home/user/cs336/model.py", 18),
                 CALL,
-                ("train_with_loss", "/work/run.py", 5),
+                ("train_with_loss", "/home/user/cs336/run.py", 5),
             ],
         ]);
         let rules = Rules::builtin();
