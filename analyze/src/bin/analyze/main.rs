@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print one `nsys stats` report (same rows, columns and numbers as Nsight Systems 2025.3).
+    /// Print `nsys stats` reports (same rows, columns and numbers as Nsight Systems 2025.3).
     Stats(stats::Args),
     /// Compare two GPU traces: per-kernel, per-family and per-range deltas; --fail-if-slower for CI.
     Compare(compare::Args),
