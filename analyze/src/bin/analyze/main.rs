@@ -26,7 +26,8 @@ struct Cli {
 enum Command {
     /// Print `nsys stats` reports (same rows, columns and numbers as Nsight Systems 2025.3).
     Stats(stats::Args),
-    /// Compare two GPU traces: per-kernel, per-family and per-range deltas; --fail-if-slower for CI.
+    /// Compare two GPU traces (per-kernel, class and phase deltas; --fail-if-slower for CI) or two
+    /// memory snapshots (peak and category deltas).
     Compare(compare::Args),
     /// Per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul inside attention.
     Profile(profile::Args),
