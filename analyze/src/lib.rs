@@ -5,6 +5,7 @@
 //! [`memory::Snapshot`] (allocations). Analyses are pure functions over those; [`render`] shows
 //! their tables as text, CSV, JSON or Markdown.
 
+pub mod atomic_file;
 pub mod compare;
 pub mod error;
 pub mod ingest;

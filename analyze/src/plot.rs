@@ -9,7 +9,6 @@
 //!
 //! This module knows nothing about memory or kernels: callers build the chart data.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Once;
 
@@ -124,31 +123,12 @@ pub fn write_chart(chart: &impl Chart, path: &Path, format: ImageFormat) -> Resu
     write_atomic(path, &bytes)
 }
 
-/// Write `bytes` to `path` through a temporary file in the same folder, so a reader never sees a
-/// half-written file and an existing one is replaced in one step.
+/// Write `bytes` to `path` atomically (see [`crate::atomic_file`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |source| Error::Io {
+    crate::atomic_file::write(path, bytes).map_err(|source| Error::Io {
         path: path.to_owned(),
         source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(io)
+    })
 }
 
 /// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's

@@ -45,27 +45,22 @@ pub fn header(entries: &[Entry<'_>]) -> Vec<u8> {
     h
 }
 
+/// Write `entries` to `path` as a safetensors file, atomically ([`analyze::atomic_file`]).
 pub fn write(path: &Path, entries: &[Entry<'_>]) -> Result<()> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut w = BufWriter::with_capacity(1 << 22, std::fs::File::create(&tmp)?);
+    analyze::atomic_file::write_with(path, |f| {
+        let mut w = BufWriter::with_capacity(1 << 22, f);
         let h = header(entries);
         w.write_all(&(h.len() as u64).to_le_bytes())?;
         w.write_all(&h)?;
         for e in entries {
             w.write_all(e.data)?;
         }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(io)
+        w.flush()
+    })
+    .map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]

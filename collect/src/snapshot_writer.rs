@@ -348,37 +348,15 @@ pub fn write(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
     })
 }
 
-/// Create `path` through a temporary file beside it, renamed into place once `fill` succeeded;
-/// on failure the temporary file is removed and `path` left as it was.
+/// Create `path` atomically ([`analyze::atomic_file`]) with what `fill` writes.
 pub(crate) fn write_atomically(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> Result<(), SnapshotError> {
-    let err = |source| SnapshotError::Io {
+    analyze::atomic_file::write_with(path, fill).map_err(|source| SnapshotError::Io {
         path: path.to_owned(),
         source,
-    };
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        fill(&mut f)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(err)
-}
-
-/// `dir/.name.tmp-PID` beside `path`.
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".to_owned());
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    })
 }
 
 #[cfg(test)]

@@ -350,7 +350,7 @@ impl StringIds {
 
 /// Write `records` to `path` as an nsys-schema SQLite file, atomically.
 pub fn write(path: &Path, records: &TraceRecords) -> Result<(), TraceDbError> {
-    let tmp = crate::snapshot_writer::temp_path(path);
+    let tmp = analyze::atomic_file::temp_path(path);
     let _ = std::fs::remove_file(&tmp);
     let result = write_db(&tmp, path, records).and_then(|()| {
         std::fs::rename(&tmp, path).map_err(|source| TraceDbError::Io {
