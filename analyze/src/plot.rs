@@ -71,8 +71,34 @@ pub trait Chart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
 }
 
-fn draw_err<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
+}
+
+/// Draw a chart's title (and subtitle, when there is one) across the top of `root`; returns the
+/// area below it for the chart itself.
+pub(crate) fn draw_header<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    subtitle: Option<&str>,
+) -> Result<DrawingArea<DB, Shift>, String> {
+    let title_h = if subtitle.is_some() { 62 } else { 40 };
+    let (head, body) = root.split_vertically(title_h);
+    head.draw(&Text::new(
+        title.to_owned(),
+        (24, 12),
+        (FONT, 22).into_font().color(&BLACK),
+    ))
+    .map_err(draw_err)?;
+    if let Some(sub) = subtitle {
+        head.draw(&Text::new(
+            sub.to_owned(),
+            (24, 40),
+            (FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
+        ))
+        .map_err(draw_err)?;
+    }
+    Ok(body)
 }
 
 /// Render a chart as PNG bytes.
@@ -239,22 +265,7 @@ impl Chart for Timeline {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let (w, _) = self.size();
-        let title_h = if self.subtitle.is_some() { 62 } else { 40 };
-        let (head, body) = root.split_vertically(title_h);
-        head.draw(&Text::new(
-            self.title.clone(),
-            (24, 12),
-            (FONT, 22).into_font().color(&BLACK),
-        ))
-        .map_err(draw_err)?;
-        if let Some(sub) = &self.subtitle {
-            head.draw(&Text::new(
-                sub.clone(),
-                (24, 40),
-                (FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
-            ))
-            .map_err(draw_err)?;
-        }
+        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
 
         let all = self.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
@@ -496,22 +507,7 @@ impl Chart for StackedBars {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let (w, _) = self.size();
-        let title_h = if self.subtitle.is_some() { 62 } else { 40 };
-        let (head, body) = root.split_vertically(title_h);
-        head.draw(&Text::new(
-            self.title.clone(),
-            (24, 12),
-            (FONT, 22).into_font().color(&BLACK),
-        ))
-        .map_err(draw_err)?;
-        if let Some(sub) = &self.subtitle {
-            head.draw(&Text::new(
-                sub.clone(),
-                (24, 40),
-                (FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
-            ))
-            .map_err(draw_err)?;
-        }
+        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
         let names = self.part_names();
         let used: Vec<bool> = (0..names.len())
             .map(|i| {

@@ -11,7 +11,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::Result;
 use crate::kernel_class::KernelClass;
-use crate::plot::{write_chart, Chart, ImageFormat, StackedBars, Timeline, FONT, PALETTE};
+use crate::plot::{
+    draw_err, draw_header, write_chart, Chart, ImageFormat, StackedBars, Timeline, FONT, PALETTE,
+};
 use crate::profile::PhaseProfile;
 
 /// Any chart of the report.
@@ -124,10 +126,6 @@ pub struct LineSeries {
     pub points: Vec<(usize, f64)>,
 }
 
-fn draw_err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
-
 impl Chart for LinePlot {
     fn size(&self) -> (u32, u32) {
         (self.width, self.height)
@@ -135,22 +133,7 @@ impl Chart for LinePlot {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let (w, _) = self.size();
-        let title_h = if self.subtitle.is_some() { 62 } else { 40 };
-        let (head, body) = root.split_vertically(title_h);
-        head.draw(&Text::new(
-            self.title.clone(),
-            (24, 12),
-            (FONT, 22).into_font().color(&BLACK),
-        ))
-        .map_err(draw_err)?;
-        if let Some(sub) = &self.subtitle {
-            head.draw(&Text::new(
-                sub.clone(),
-                (24, 40),
-                (FONT, 14).into_font().color(&RGBColor(90, 90, 90)),
-            ))
-            .map_err(draw_err)?;
-        }
+        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
         let longest = self
             .series
             .iter()
