@@ -11,7 +11,8 @@ place when complete; a name ending in `.gz` is written gzip-compressed.
 
     scripts/scale_kernel_durations.py IN.sqlite[.gz] OUT.sqlite[.gz] [--factor 1.1]
 
-Standard library only (sqlite3, gzip).
+Standard library only (sqlite3, gzip); runs on any machine. The `analyze compare` tests call it
+at this path, which is why it sits at the top of scripts/.
 """
 
 import argparse

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Time `analyze stats` (release build) on a large Nsight Systems export, report by report and all
 # reports in one run, with peak memory; and `nsys stats` on the same file when nsys is found
-# (on PATH or named by NSYS).
+# (on PATH or named by NSYS). Runs on the build machine (no GPU), from anywhere in the checkout.
 #
-#   scripts/bench_stats.sh [EXPORT.sqlite[.gz]] [RUNS]
+#   scripts/bench/bench_stats.sh [EXPORT.sqlite[.gz]] [RUNS]
 #
 # The default export is the 60-step, 137k-kernel one of the shared fixtures. A .gz export is timed
 # as given (we unpack it ourselves) and unpacked, since nsys reads only the .sqlite. Uses hyperfine
 # when installed, else a loop timed with `date`, reporting the mean and the minimum. Set ANALYZE to
 # a prebuilt binary to skip the build.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 EXPORT=${1:-../shared/fixtures/ours/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz}
 RUNS=${2:-10}
@@ -21,7 +21,7 @@ if [[ ! -f $EXPORT ]]; then
     exit 2
 fi
 if [[ -z ${ANALYZE:-} ]]; then
-    cargo build --release -q -p analyze
+    cargo build --release -q --bin analyze
     ANALYZE=target/release/analyze
 fi
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Summarise scripts/trace_overhead.sh: per size and variant, the median host-clock step time
+"""Summarise scripts/gpu/trace_overhead.sh: per size and variant, the median host-clock step time
 (the median over the repeats of each run's median) and its overhead against the plain run.
+trace_overhead.sh calls it on the GPU machine; it runs anywhere on that script's OUT_DIR.
 
-    python3 scripts/trace_overhead.py OUT_DIR
+    python3 scripts/gpu/trace_overhead.py OUT_DIR
 
 Also prints, for the recorded variants, the time of the last timed step on its own (the one the
 memory history covers) against the plain run's median. Standard library only.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Load a collect memory snapshot with PyTorch and check it against the results JSON.
+"""Load a collect memory snapshot with PyTorch and check it against the results JSON. Runs where
+PyTorch is installed (the GPU machine; no GPU is used); scripts/gpu/tracing_acceptance.sh calls it.
 
-    python3 scripts/snapshot_check.py SNAPSHOT.pickle RESULTS.json
+    python3 scripts/reference/snapshot_check.py SNAPSHOT.pickle RESULTS.json
 
 pickle.load must accept it; torch.cuda._memory_viz's segment summary and trace formatter must
 run on it; and the peak replayed from its trace (allocations live when recording began, from the

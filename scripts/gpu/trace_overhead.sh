@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # What recording costs: collect bench with nothing recorded, with the caching allocator alone,
 # with --trace, with --memory-snapshot and with both, side by side on one GPU in one run,
-# alternating the variants REPEATS times so that drift of the machine hits each alike.
-#   scripts/trace_overhead.sh COLLECT_BINARY OUT_DIR [REPEATS] [SIZES] [CTX]
+# alternating the variants REPEATS times so that drift of the machine hits each alike. Runs on
+# the GPU machine, with a collect binary built elsewhere; needs python3 (standard library).
+#   scripts/gpu/trace_overhead.sh COLLECT_BINARY OUT_DIR [REPEATS] [SIZES] [CTX]
 # Defaults: 2 repeats, sizes small,large, ctx 256; train, fp32, 5 warm-up and 20 timed steps.
 # Leaves one results JSON per run (SIZE-VARIANT-REPEAT.json) and the traces and snapshots in
-# OUT_DIR, and prints the table of scripts/trace_overhead.py.
+# OUT_DIR, and prints the table of trace_overhead.py (beside this script).
 set -euo pipefail
 bin=$1
 out=$2

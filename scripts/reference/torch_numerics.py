@@ -1,9 +1,11 @@
-"""Check `collect numerics` against PyTorch on the same weights and tokens.
+"""Check `collect numerics` against PyTorch on the same weights and tokens. Runs on the GPU
+machine (PyTorch with CUDA and safetensors), from the project root;
+scripts/gpu/numerics_acceptance.sh runs it for a grid of sizes and precisions.
 
     collect numerics --size small --ctx 256 --precision fp32 --out DIR
-    python3 scripts/torch_numerics.py DIR --size small --ctx 256 --precision fp32
+    python3 scripts/reference/torch_numerics.py DIR --size small --ctx 256 --precision fp32
 
-Loads DIR/weights.safetensors into the reference model (scripts/torch_model.py), runs one forward
+Loads DIR/weights.safetensors into the reference model (torch_model.py, beside this file), runs one forward
 and backward on DIR/outputs.safetensors's tokens and targets (fp32 with TF32 off, or under bf16
 autocast), and compares with collect's logits, loss and gradients: relative errors
 max|a-b|/max|b| for logits, |a-b|/|b| for the loss, and the worst ||a-b||/||b|| over the

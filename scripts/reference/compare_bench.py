@@ -2,8 +2,10 @@
 Markdown table: median step times, their ratio (collect / PyTorch eager; below 1 means collect is
 faster), and for bf16 train steps the model FLOPs utilisation 6 * parameters * tokens / step time /
 the H200's measured bf16 matrix peak (790 TFLOP/s, an 8192^3 product on random data).
+Standard library only; runs anywhere, and scripts/bench/bench_vs_torch.sh calls it on the GPU
+machine.
 
-    python3 scripts/compare_bench.py collect.json torch.json"""
+    python3 scripts/reference/compare_bench.py collect.json torch.json"""
 import json
 import sys
 

@@ -1,8 +1,10 @@
 """PyTorch eager timings of the reference model, step for step as `collect bench` times its own:
 the same modes (forward, forward-backward, train with AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8,
 weight decay 0.01), a synchronize after each step, host clock around step + synchronize.
+Runs on the GPU machine (PyTorch with CUDA), from the project root; scripts/bench/bench_vs_torch.sh
+calls it beside `collect bench`.
 
-    python3 scripts/torch_bench.py --size small,large --ctx 256 --mode forward,train \\
+    python3 scripts/reference/torch_bench.py --size small,large --ctx 256 --mode forward,train \\
         --precision fp32,bf16 --warmup 5 --steps 10 --out torch.json
 
 Prints one JSON line per configuration (OOM rows included) and writes them all to --out."""

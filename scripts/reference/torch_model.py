@@ -1,7 +1,8 @@
 """The CS336 BasicsTransformerLM in PyTorch, written as the reference script of the profiling study
 writes it (einsum linears without bias, RMSNorm in fp32, RoPE on interleaved pairs, explicit
 causal softmax, untied head), with state-dict names matching what `collect numerics` writes.
-Shared by torch_numerics.py and torch_bench.py."""
+A module, not a command: torch_numerics.py and torch_bench.py import it from this folder, on the
+GPU machine (PyTorch with CUDA)."""
 import math
 
 import torch
