@@ -4,12 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// The workspace root.
+/// The workspace root (the root package's own folder).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("crate lives inside the workspace")
-        .to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_owned()
 }
 
 /// A file under the project's own `fixtures/`.

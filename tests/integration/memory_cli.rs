@@ -1,6 +1,6 @@
 //! `analyze memory` end to end: the real binary on bundled snapshots and on hostile files.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

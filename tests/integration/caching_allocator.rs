@@ -4,7 +4,7 @@
 //! `../shared/fixtures/ours/memsnap` show: a 30,720,000-byte request in a 31,457,280-byte
 //! segment, 9 MiB blocks in 20 MiB segments).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

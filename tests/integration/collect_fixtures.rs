@@ -5,7 +5,7 @@
 //! peak the caching allocator counted (its `RUN_METADATA` and results JSON) and a timeline with
 //! the three phases.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;

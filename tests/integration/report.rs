@@ -2,7 +2,7 @@
 //! cells against what `analyze profile` and `analyze memory` print for each file on its own, and
 //! `report.json` against `report.md`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

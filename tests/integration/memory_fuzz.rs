@@ -7,7 +7,7 @@
 //! The normal suite runs a few dozen cases. For many more, set `MEMSNAP_FUZZ_CASES`
 //! (`scripts/fuzz_pickle.sh` runs 20,000 in release mode) and read the count it prints.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::Path;

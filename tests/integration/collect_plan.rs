@@ -94,8 +94,7 @@ fn custom_dimensions_are_counted() {
 #[test]
 fn planned_peak_equals_the_peak_measured_on_the_h200() {
     use std::io::Read;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/collect/bench_grid_h200.json.gz");
+    let path = crate::common::fixture("collect/bench_grid_h200.json.gz");
     let mut text = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("fixture present"))
         .read_to_string(&mut text)

@@ -2,7 +2,7 @@
 //! problem, exit status 2, no panic or backtrace; and never a change to the input file. Also the
 //! `.nsys-rep` path, with stand-in `nsys` scripts that "export" by copying a real export.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

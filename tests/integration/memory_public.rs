@@ -3,7 +3,7 @@
 //! which was written from the pickles with Python, independently of this reader.
 //! The files are not part of the project; the tests skip when they are absent.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -3,7 +3,8 @@
 //! step against its formula, and training lowering the loss. Skipped, with a message, where no
 //! CUDA device (or no CUDA library) is found.
 //!
-//! Run on the GPU machine with `--test-threads=1` (each test opens the device).
+//! This is the suite's second test binary; on the GPU machine run it with
+//! `cargo test --test gpu -- --test-threads=1` (each test opens the device).
 
 use collect::config::{Mode, ModelConfig, Precision, RunConfig};
 use collect::model::{Forward, Model};

@@ -2,7 +2,7 @@
 //! the issue measured inside the step ranges, against independent SQL over the same exports, and
 //! against the `nvtx_sum` golden CSVs of Nsight Systems 2025.3.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

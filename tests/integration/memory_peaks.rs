@@ -1,7 +1,7 @@
 //! Peaks of the bundled memory snapshots against the true `torch.cuda.max_memory_allocated()`
 //! measured on the GPU right after each recorded step (`fixtures/memsnap/peaks.jsonl`).
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

@@ -1,7 +1,7 @@
 //! Loading PyTorch profiler (Kineto) traces into the model, checked against the same workload
 //! under Nsight Systems and against counts taken from the JSON files themselves.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;

@@ -1,7 +1,7 @@
 //! `analyze stats` from the command line: the four formats, several reports at once, and what it
 //! prints for a report whose data the export lacks.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,6 +1,6 @@
 //! Loading Nsight Systems exports into the model.
 
-mod common;
+use crate::common;
 
 use analyze::ingest;
 use analyze::model::RangeStyle;

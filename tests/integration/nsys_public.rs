@@ -7,7 +7,7 @@
 //! `../shared/fixtures/public/nsys` and never committed; without that folder the test says it
 //! skipped.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

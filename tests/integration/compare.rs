@@ -1,7 +1,7 @@
 //! `analyze compare`: run the real binary on pairs of traces and check its numbers against the
 //! official `nsys stats` CSVs of the same files and against SQL on the exports.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -6,7 +6,7 @@
 //! The five small exports and their CSVs are in `fixtures/nsys/`; the 137k-kernel export is read
 //! from the shared fixtures beside the checkout when they are there.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! `../shared/fixtures/ours` give the schema, the kernel names and the snapshot shapes to match;
 //! tests that need them or `python3` say so and skip when they are absent.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
