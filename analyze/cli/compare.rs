@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let b = ingest::load_trace(&args.b)?;
     let comparison = compare::compare_traces(&a, &b, &classifier, &ProfileOptions::default());
     let doc = compare::document(&comparison, &opts);
-    crate::print(&render_to_string(args.format, &doc))?;
+    analyze::cli::print(&render_to_string(args.format, &doc))?;
 
     let Some(threshold) = args.fail_if_slower else {
         return Ok(Outcome::Success);
@@ -166,7 +166,7 @@ fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
     }
     let c = memory_compare::compare_memory(&sides[0].0, &sides[0].1, &sides[1].0, &sides[1].1);
     let doc = memory_compare::document(&c, opts);
-    crate::print(&render_to_string(args.format, &doc))?;
+    analyze::cli::print(&render_to_string(args.format, &doc))?;
     Ok(Outcome::Success)
 }
 

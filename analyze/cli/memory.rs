@@ -170,7 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         many_document(&reports, args.compare)?
     };
-    crate::print(&render::render_to_string(args.format, &doc))?;
+    analyze::cli::print(&render::render_to_string(args.format, &doc))?;
     Ok(Outcome::Success)
 }
 

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let trace = analyze::ingest::load_trace(&args.file)?;
     profile::check_profilable(&trace)?;
     let result = profile::profile(&trace, &classifier, &opts);
-    crate::print(&render_to_string(args.format, &result.document()))
+    analyze::cli::print(&render_to_string(args.format, &result.document()))
         .with_context(|| "writing the profile")?;
     Ok(Outcome::Success)
 }

@@ -68,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     if !doc.sections.is_empty() {
-        crate::print(&render_to_string(args.format, &doc))?;
+        analyze::cli::print(&render_to_string(args.format, &doc))?;
     }
     Ok(Outcome::Success)
 }

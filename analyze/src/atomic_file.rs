@@ -1,12 +1,15 @@
 //! Writing output files atomically: the bytes go to a temporary file beside the target (same
 //! folder, so the rename stays on one file system), which is synced and then renamed over it. A
 //! reader never sees half a file, and a failed or interrupted write leaves the old file as it was
-//! and no temporary behind. Every writer of both crates goes through here; each maps the
-//! `io::Error` into its own error type, naming the target.
+//! and no temporary behind. Every file either crate writes goes through here: [`write_file`]
+//! fails with [`Error::Io`] naming the file; the `io` forms are for writers that map the error
+//! into a type of their own.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
 
 /// `dir/.name.tmp-PID` beside `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
@@ -38,6 +41,14 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_with(path, |f| f.write_all(bytes))
 }
 
+/// Write `bytes` to `path` atomically; the error names `path`.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    write(path, bytes).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +74,16 @@ mod tests {
         });
         assert!(err.is_err());
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_file_replaces_the_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.svg");
+        write_file(&p, b"one").unwrap();
+        write_file(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 

@@ -6,6 +6,7 @@
 //! their tables as text, CSV, JSON or Markdown.
 
 pub mod atomic_file;
+pub mod cli;
 pub mod compare;
 pub mod error;
 pub mod ingest;

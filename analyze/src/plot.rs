@@ -146,15 +146,7 @@ pub fn write_chart(chart: &impl Chart, path: &Path, format: ImageFormat) -> Resu
         path: path.to_owned(),
         message: format!("could not draw the chart: {message}"),
     })?;
-    write_atomic(path, &bytes)
-}
-
-/// Write `bytes` to `path` atomically (see [`crate::atomic_file`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::atomic_file::write(path, bytes).map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })
+    crate::atomic_file::write_file(path, &bytes)
 }
 
 /// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's
@@ -686,15 +678,5 @@ mod tests {
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         let svg = render_svg(&chart).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("GiB"));
-    }
-
-    #[test]
-    fn write_atomic_replaces_the_file_and_leaves_no_temporary() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("a.svg");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

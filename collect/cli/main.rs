@@ -2,10 +2,10 @@
 //! library and maps the result to an exit code: 0 on success, 2 for bad usage, no GPU, or any
 //! other error (one `error: ...` line on stderr).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use analyze::cli::print;
 use analyze::render::{self, Format};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -163,31 +163,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
-                return ExitCode::SUCCESS;
-            }
-            let mut msg = format!("error: {e}");
-            for cause in e.chain().skip(1) {
-                let c = cause.to_string();
-                if !msg.contains(&c) {
-                    msg.push_str(&format!(": {c}"));
-                }
-            }
-            let _ = writeln!(std::io::stderr(), "{msg}");
-            ExitCode::from(2)
-        }
+        Err(e) => analyze::cli::exit_on_error(&*e),
     }
-}
-
-fn print(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
 }
 
 fn parse_all<T: std::str::FromStr<Err = collect::Error>>(
@@ -208,7 +185,7 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
     };
     run.validate()?;
     let doc = plan::plan(&run).document();
-    print(&render::render_to_string(a.format, &doc))
+    Ok(print(&render::render_to_string(a.format, &doc))?)
 }
 
 fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
@@ -258,13 +235,13 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.out {
         let json = bench::results_json(&rows, &rt.gpu.info, &opts);
         let text = serde_json::to_string_pretty(&json)? + "\n";
-        collect::atomic_file::write_atomic(path, text.as_bytes())
+        analyze::atomic_file::write_file(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    print(&render::render_to_string(
+    Ok(print(&render::render_to_string(
         a.format,
         &bench::document(&rows, &rt.gpu.info),
-    ))
+    ))?)
 }
 
 fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
@@ -285,7 +262,7 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
         numerics::Grads::FirstLast
     };
     let s = numerics::dump(&rt, &run, a.seed, &a.out, grads)?;
-    print(&format!(
+    Ok(print(&format!(
         "{} {} ctx {} batch {}: loss {:.6}, {} tensors written to {}\n",
         run.model.label(),
         run.precision,
@@ -294,5 +271,5 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
         s.loss,
         s.tensors_written,
         a.out.display()
-    ))
+    ))?)
 }

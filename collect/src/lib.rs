@@ -4,7 +4,6 @@
 //! needs: a PyTorch-format memory snapshot from its own caching allocator and an nsys-schema
 //! SQLite trace from CUPTI.
 
-pub mod atomic_file;
 pub mod bench;
 pub mod blas;
 pub mod caching_allocator;

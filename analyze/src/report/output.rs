@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::atomic_file::write_file;
 use crate::error::{Error, Result};
-use crate::plot::{write_atomic, ImageFormat};
+use crate::plot::ImageFormat;
 use crate::render::{markdown_escape, write_markdown_table};
 
 use super::{Block, Inputs, Report};
@@ -231,7 +232,7 @@ pub fn write(
     }
     let md = markdown(report, inputs, opts.plots);
     let md_path = dir.join("report.md");
-    write_atomic(&md_path, (md + "\n").as_bytes())?;
+    write_file(&md_path, (md + "\n").as_bytes())?;
     let json_path = dir.join("report.json");
     let text = serde_json::to_string_pretty(&json(report, inputs, opts.plots)).map_err(|e| {
         Error::Malformed {
@@ -239,7 +240,7 @@ pub fn write(
             message: format!("could not serialise the report: {e}"),
         }
     })?;
-    write_atomic(&json_path, (text + "\n").as_bytes())?;
+    write_file(&json_path, (text + "\n").as_bytes())?;
     written.push(md_path);
     written.push(json_path);
     Ok(written)

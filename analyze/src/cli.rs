@@ -1,0 +1,88 @@
+//! What both command lines (`analyze` and `collect`) do once their library call has returned:
+//! write the result to stdout, or end on an error with one `error: ...` line on stderr (the error
+//! and each cause it gives, every message said once) and exit status 2. A pipe closed by the
+//! reader (`analyze stats ... | head`) is not an error: the binary ends quietly with status 0.
+//! Nothing here parses arguments; the binaries do that with clap.
+
+use std::error::Error;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Write `text` to stdout and flush it.
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// The error and its causes, outermost first.
+fn chain<'a>(err: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+    std::iter::successors(Some(err), |&e| e.source())
+}
+
+/// The one line an error prints: `error: ` and its messages from the outermost to the root
+/// cause, joined by `: `, leaving out a cause whose text an outer message already contains.
+pub fn error_line(err: &(dyn Error + 'static)) -> String {
+    let mut line = format!("error: {err}");
+    for cause in chain(err).skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+/// Whether the error, or any of its causes, is a closed pipe.
+pub fn is_broken_pipe(err: &(dyn Error + 'static)) -> bool {
+    chain(err).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// End a command that failed: status 0 for a closed pipe, else its [`error_line`] on stderr
+/// and status 2.
+pub fn exit_on_error(err: &(dyn Error + 'static)) -> ExitCode {
+    if is_broken_pipe(err) {
+        return ExitCode::SUCCESS;
+    }
+    let _ = writeln!(std::io::stderr(), "{}", error_line(err));
+    ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("writing out.json")
+        }
+    }
+
+    impl Error for Outer {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn causes_join_into_one_line_each_said_once() {
+        let e = Outer(std::io::Error::other("disk full"));
+        assert_eq!(error_line(&e), "error: writing out.json: disk full");
+        let plain = std::io::Error::other("x.sqlite: no such file");
+        assert_eq!(error_line(&plain), "error: x.sqlite: no such file");
+        assert!(!is_broken_pipe(&e));
+    }
+
+    #[test]
+    fn a_closed_pipe_anywhere_in_the_chain_is_found() {
+        let e = Outer(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(&e));
+    }
+}
