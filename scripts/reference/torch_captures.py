@@ -1,0 +1,132 @@
+"""Training steps of the reference model made the ways users capture them, for `analyze`'s
+tests on captures it did not make itself. Runs on the GPU machine, from the project root.
+
+    # CUDA graphs: a torch.compile(mode="reduce-overhead") step, under nsys twice
+    nsys profile --trace=cuda,nvtx --sample=none --cpuctxsw=none -o graphs ...  \\
+        python3 scripts/reference/torch_captures.py graphs
+    nsys profile ... --cuda-graph-trace=node ... python3 scripts/reference/torch_captures.py graphs
+    # Kineto with a schedule (ProfilerStep#N), written to --out
+    python3 scripts/reference/torch_captures.py kineto-schedule --out DIR
+    # DDP on two GPUs (one export holds both ranks); rank --slow-rank runs extra work per step
+    nsys profile ... torchrun --nproc_per_node 2 scripts/reference/torch_captures.py ddp
+
+Every variant marks `measurement` > `step_N` > `forward`, `backward`, `optimizer` with NVTX
+(except kineto-schedule, whose steps are the profiler's own `ProfilerStep#N`)."""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+
+import torch
+import torch.cuda.nvtx as nvtx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model  # noqa: E402
+
+
+def model_and_opt(size, ctx, layers):
+    d, dff, n, h = torch_model.CONFIGS[size]
+    torch_model.CONFIGS["capture"] = (d, dff, layers or n, h)
+    model = torch_model.build("capture", ctx)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def step(model, opt, ids, extra=None):
+    with nvtx.range("forward"):
+        out = model(ids)
+    with nvtx.range("backward"):
+        if extra is not None:
+            extra()
+        loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.shape[-1]), ids.view(-1))
+        loss.backward()
+    with nvtx.range("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+
+def measured(model, opt, ids, warmup, steps, extra=None):
+    for _ in range(warmup):
+        step(model, opt, ids, extra)
+    torch.cuda.synchronize()
+    with nvtx.range("measurement"):
+        for i in range(steps):
+            with nvtx.range(f"step_{i}"):
+                step(model, opt, ids, extra)
+                torch.cuda.synchronize()
+
+
+def graphs(a):
+    model, opt = model_and_opt(a.size, a.ctx, a.layers)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
+    measured(compiled, opt, ids, a.warmup, a.steps)
+    print("graphs done", flush=True)
+
+
+def kineto_schedule(a):
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    model, opt = model_and_opt(a.size, a.ctx, a.layers)
+    ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
+    name = f"kineto_schedule_{a.size}_l{a.layers}_ctx{a.ctx}_train_fp32.pt.trace.json"
+    tmp = os.path.join("/tmp", name)
+
+    def ready(prof):
+        prof.export_chrome_trace(tmp)
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready) as prof:
+        for _ in range(5):
+            step(model, opt, ids)
+            torch.cuda.synchronize()
+            prof.step()
+    with open(tmp, "rb") as f, gzip.open(os.path.join(a.out, name + ".gz"), "wb") as g:
+        shutil.copyfileobj(f, g)
+    print(json.dumps({"kineto": name, "bytes": os.path.getsize(tmp)}))
+
+
+def ddp(a):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    torch.manual_seed(0)
+    model, _ = model_and_opt(a.size, a.ctx, a.layers)
+    model = DistributedDataParallel(model, device_ids=[rank])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    torch.manual_seed(1 + rank)
+    ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
+    # The straggler: a spin kernel of about --slow-ms on one rank per step, so the other waits
+    # for it inside NCCL's all-reduce.
+    cycles = int(a.slow_ms * 1.98e6)
+    extra = (lambda: torch.cuda._sleep(cycles)) if rank == a.slow_rank and a.slow_ms > 0 else None
+    measured(model, opt, ids, a.warmup, a.steps, extra)
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank} done", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["graphs", "kineto-schedule", "ddp"])
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--layers", type=int, default=4, help="layers (0: the size's own)")
+    ap.add_argument("--ctx", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--slow-rank", type=int, default=1)
+    ap.add_argument("--slow-ms", type=float, default=20.0)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    {"graphs": graphs, "kineto-schedule": kineto_schedule, "ddp": ddp}[a.what](a)
+
+
+if __name__ == "__main__":
+    main()
