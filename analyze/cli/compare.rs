@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use analyze::compare::{self, memory as memory_compare, DocumentOptions};
-use analyze::ingest::{self, Kind};
+use analyze::formats::{self, Kind};
 use analyze::memory::categories::Rules;
 use analyze::memory::summary::{analyze as analyze_memory, MemoryOptions};
 use analyze::profile::{self, ProfileOptions};
@@ -70,8 +70,8 @@ fn parse_pct(s: &str) -> Result<f64, String> {
 /// Whether the pair is two snapshots (`true`) or two traces (`false`); refuses a mixed pair
 /// before either is read in full.
 fn pair_kind(a: &Path, b: &Path) -> anyhow::Result<bool> {
-    let snapshot_a = ingest::detect(a)? == Kind::TorchSnapshot;
-    let snapshot_b = ingest::detect(b)? == Kind::TorchSnapshot;
+    let snapshot_a = formats::detect(a)? == Kind::TorchSnapshot;
+    let snapshot_b = formats::detect(b)? == Kind::TorchSnapshot;
     if snapshot_a != snapshot_b {
         let (snap, trace) = if snapshot_a { (a, b) } else { (b, a) };
         anyhow::bail!(
@@ -105,8 +105,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return run_memory(&args, &opts);
     }
     let classifier = profile::classifier(args.classes.as_deref())?;
-    let a = ingest::load_trace(&args.a)?;
-    let b = ingest::load_trace(&args.b)?;
+    let a = formats::load_trace(&args.a)?;
+    let b = formats::load_trace(&args.b)?;
     let comparison = compare::compare_traces(&a, &b, &classifier, &ProfileOptions::default());
     let doc = compare::document(&comparison, &opts);
     analyze::cli::print(&render_to_string(args.format, &doc))?;
@@ -155,7 +155,7 @@ fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
     };
     let mut sides = Vec::with_capacity(2);
     for path in [&args.a, &args.b] {
-        let snap = ingest::load_snapshot(path)?;
+        let snap = formats::load_snapshot(path)?;
         let mopts = MemoryOptions {
             label: label(path),
             ..MemoryOptions::default()

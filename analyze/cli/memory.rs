@@ -135,7 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     let mut analyses: Vec<Analysis> = Vec::with_capacity(args.files.len());
     for (i, path) in args.files.iter().enumerate() {
-        let snap = analyze::ingest::load_snapshot(path)?;
+        let snap = analyze::formats::load_snapshot(path)?;
         let opts = MemoryOptions {
             top: args.top,
             device: args.device,

@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         top: args.top,
     };
     let classifier = profile::classifier(args.classes.as_deref())?;
-    let trace = analyze::ingest::load_trace(&args.file)?;
+    let trace = analyze::formats::load_trace(&args.file)?;
     profile::check_profilable(&trace)?;
     let result = profile::profile(&trace, &classifier, &opts);
     analyze::cli::print(&render_to_string(args.format, &result.document()))

@@ -53,7 +53,7 @@ fn reports(arg: &str) -> anyhow::Result<Vec<(String, Report)>> {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
     let reports = reports(&args.report)?;
-    let trace = analyze::ingest::load_trace(&args.file)?;
+    let trace = analyze::formats::load_trace(&args.file)?;
     let kinds: Vec<Report> = reports.iter().map(|r| r.1).collect();
     let mut doc = Document::default();
     for ((name, _), result) in reports.iter().zip(stats::reports(&trace, &kinds)) {

@@ -299,7 +299,7 @@ impl Classifier {
     /// pattern = "my_fused_attention"
     /// ```
     pub fn load(path: &Path) -> Result<Classifier> {
-        crate::ingest::check_file(path)?;
+        crate::formats::check_file(path)?;
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,

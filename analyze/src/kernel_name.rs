@@ -9,13 +9,15 @@
 //! (`libstdc++.so.6`, or `libc++abi` on macOS), loaded at run time; where it cannot be loaded,
 //! names stay as the file wrote them.
 //!
-//! [`short_name`] derives the function name from a demangled name the way nsys's `shortName`
-//! column shows it; [`family`] further folds tile-size, precision and split-K variants of library
-//! GEMM kernels into one name so that they line up in comparisons. This module does not classify
-//! kernels (GEMM, softmax, ...): that is the kernel classes' job.
+//! [`short_name`] (nsys's `shortName` rule, defined with the export format in
+//! [`crate::formats::nsys_sqlite`]) gives the function name of a demangled name; [`family`]
+//! further folds tile-size, precision and split-K variants of library GEMM kernels into one name
+//! so that they line up in comparisons. This module does not classify kernels (GEMM, softmax,
+//! ...): that is the kernel classes' job.
 
 use std::collections::HashMap;
 
+pub use crate::formats::nsys_sqlite::short_name;
 use crate::model::{StrId, Trace};
 
 /// Demangle an Itanium C++ symbol as the GNU demangler does (`__cxa_demangle`). `None` when the
@@ -148,47 +150,6 @@ pub fn canonical_names(trace: &Trace) -> KernelNames {
         out.of_kernel.push(i);
     }
     out
-}
-
-/// The function name of a demangled kernel name, without return type, scope, template arguments
-/// or parameters, as nsys's `shortName` shows it: `void at::native::elementwise_kernel<128,
-/// 2, ...>(int, ...)` → `elementwise_kernel`. Names that are not C++ signatures come back whole.
-pub fn short_name(demangled: &str) -> String {
-    // Anonymous namespaces contain brackets of their own; give them plain names first.
-    let s = demangled
-        .trim()
-        .replace("(anonymous namespace)", "anonymous_namespace")
-        .replace("<unnamed>", "unnamed");
-    // Keep only what is outside every bracket: `void at::native::elementwise_kernel` (plus
-    // `::name` pieces after a scope's template arguments, and trailing qualifiers).
-    let mut outer = String::with_capacity(s.len());
-    let mut depth: i32 = 0;
-    for c in s.chars() {
-        match c {
-            '<' | '(' | '[' | '{' => depth += 1,
-            '>' | ')' | ']' | '}' => depth = (depth - 1).max(0),
-            _ if depth == 0 => outer.push(c),
-            _ => {}
-        }
-    }
-    let mut words: Vec<&str> = outer.split_whitespace().collect();
-    while let Some(last) = words.last() {
-        if matches!(*last, "const" | "volatile" | "&" | "&&" | "noexcept") {
-            words.pop();
-        } else {
-            break;
-        }
-    }
-    let Some(last) = words.last() else {
-        return demangled.trim().to_owned();
-    };
-    let scoped = last.trim_end_matches(':');
-    let name = scoped.rsplit("::").next().unwrap_or(scoped);
-    if name.is_empty() {
-        demangled.trim().to_owned()
-    } else {
-        name.to_owned()
-    }
 }
 
 /// Wrapper kernels whose first template argument names the real kernel
@@ -346,27 +307,6 @@ fn is_blas_gemm(t: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_names_match_nsys_for_both_spellings() {
-        // nsys's demangledName and shortName, from torch_small_ctx128_train_fp32.sqlite.
-        let nsys = "void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)1>, at::native::<unnamed>::BinaryOpScalarFunctor<float, (int)1, (int)1, (int)0>, std::plus<float>, float>(T1, T2, T3...)";
-        assert_eq!(short_name(nsys), "multi_tensor_apply_kernel");
-        // The same kernel as Kineto writes it.
-        let kineto = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, float)";
-        assert_eq!(short_name(kineto), "multi_tensor_apply_kernel");
-        assert_eq!(
-            short_name("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)"),
-            "Kernel2"
-        );
-        let xmma = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas";
-        assert_eq!(short_name(xmma), xmma);
-        assert_eq!(
-            short_name("void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda_out(c10::Scalar const&, c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}::operator()() const::{lambda()#4}::operator()() const::{lambda(long)#1}>(int, at::native::arange_cuda_out(c10::Scalar const&, c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}::operator()() const::{lambda()#4}::operator()() const::{lambda(long)#1}, function_traits<at::native::arange_cuda_out(c10::Scalar const&, c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}::operator()() const::{lambda()#4}::operator()() const::{lambda(long)#1}>::result_type*)"),
-            "elementwise_kernel_with_index"
-        );
-        assert_eq!(short_name("foo::bar<int>::baz(int) const"), "baz");
-    }
 
     #[test]
     fn gemm_variants_share_a_family() {

@@ -1,7 +1,7 @@
 //! `analyze`: Nsight Systems exports, PyTorch CUDA memory snapshots and Kineto traces, read into
 //! one model and turned into exact tables, plots and report sections.
 //!
-//! Inputs are read by [`ingest`] into a [`model::Trace`] (GPU work) or a
+//! Inputs are read by [`formats`] into a [`model::Trace`] (GPU work) or a
 //! [`memory::Snapshot`] (allocations). Analyses are pure functions over those; [`render`] shows
 //! their tables as text, CSV, JSON or Markdown.
 
@@ -9,7 +9,7 @@ pub mod atomic_file;
 pub mod cli;
 pub mod compare;
 pub mod error;
-pub mod ingest;
+pub mod formats;
 pub mod kernel_class;
 pub mod kernel_label;
 pub mod kernel_name;

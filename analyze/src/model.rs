@@ -387,24 +387,9 @@ impl Trace {
     }
 }
 
-/// Split an nsys `globalTid`/`globalPid` into (pid, tid).
-pub fn split_global_tid(global: i64) -> (u32, u32) {
-    (
-        ((global >> 24) & 0xFF_FFFF) as u32,
-        (global & 0xFF_FFFF) as u32,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn global_tid_splits_into_pid_and_tid() {
-        // From torch_small_ctx128_train_fp32.sqlite: the main thread of pid 549.
-        assert_eq!(split_global_tid(281_484_187_402_789), (549, 549));
-        assert_eq!(split_global_tid(281_484_187_402_240), (549, 0));
-    }
 
     #[test]
     fn strings_are_interned_once() {

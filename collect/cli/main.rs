@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analyze::cli::print;
+use analyze::formats::bench_results;
 use analyze::render::{self, Format};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -233,8 +234,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     );
     let rows = bench::run_grid(&rt, &opts, |line| eprintln!("{line}"))?;
     if let Some(path) = &a.out {
-        let json = bench::results_json(&rows, &rt.gpu.info, &opts);
-        let text = serde_json::to_string_pretty(&json)? + "\n";
+        let text = bench_results::to_json(&bench::results_file(&rows, &rt.gpu.info, &opts))?;
         analyze::atomic_file::write_file(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }

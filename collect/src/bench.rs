@@ -17,29 +17,31 @@
 //! configuration each file name gets the configuration's label ([`output_path`]).
 //!
 //! Statistics are pure functions ([`Stats::of`]); the table and the JSON results file are built
-//! from the rows ([`document`], [`results_json`]); writing the results file is the caller's.
+//! from the rows ([`document`], [`results_file`]); writing the results file is the caller's.
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
 
+use analyze::formats::bench_results::{
+    self, AllocatorCounters, Memory, ResultsFile, RunResult, Settings, StepTimes,
+};
+use analyze::formats::nsys_sqlite;
+use analyze::formats::run_metadata::{self, RunDescription, RunMetadata};
 use analyze::render::{Cell, Document, Section, Table};
 use cudarc::driver::sys::CUevent_flags;
-use serde_json::{json, Value};
 
 use crate::caching_device::SharedCaching;
 use crate::config::{Mode, ModelConfig, Precision, RunConfig};
 use crate::device::{AllocatorKind, DeviceInfo};
-use crate::error::{CudaContext as _, Result};
+use crate::error::{CudaContext as _, Error, Result};
 use crate::memory_frames::{self, PhaseFrames};
 use crate::memory_history::MemoryContext;
+use crate::memory_snapshot;
 use crate::model::Model;
 use crate::ops::Runtime;
 use crate::plan;
 use crate::ranges::{self, range, RangeRecorder};
-use crate::run_metadata::{self, RunDescription, RunMetadata};
-use crate::snapshot_writer;
-use crate::trace_db;
 use crate::trace_session::TraceSession;
 
 /// History entries kept while recording (PyTorch's `max_entries` default is larger than any
@@ -187,11 +189,17 @@ impl Stats {
         })
     }
 
-    fn json(&self) -> Value {
-        json!({
-            "mean_ms": self.mean, "std_ms": self.std, "min_ms": self.min, "max_ms": self.max,
-            "median_ms": self.median, "cv": self.cv, "first_ms": self.first,
-        })
+    /// As the results file gives them.
+    fn step_times(&self) -> StepTimes {
+        StepTimes {
+            mean_ms: Some(self.mean),
+            std_ms: Some(self.std),
+            min_ms: Some(self.min),
+            max_ms: Some(self.max),
+            median_ms: Some(self.median),
+            cv: Some(self.cv),
+            first_ms: Some(self.first),
+        }
     }
 }
 
@@ -449,11 +457,11 @@ pub fn run_one_with(
         };
         let meta = run_metadata(run, warmup, &measured, &rt.gpu.info, kind);
         let records = t.finish(&rt.gpu, meta)?;
-        trace_db::write(path, &records)?;
+        nsys_sqlite::write::to_file(path, &records).map_err(Error::TraceDb)?;
         measured.written.push(path.clone());
     }
     if let (Some(snap), Some(path)) = (snapshot, &rec.memory_snapshot) {
-        snapshot_writer::write(&snap, path)?;
+        memory_snapshot::write(&snap, path)?;
         measured.written.push(path.clone());
     }
     drop(model);
@@ -649,83 +657,93 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
     }
 }
 
-/// The JSON results file: the device, the settings and every configuration with all its step
-/// times.
-pub fn results_json(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> Value {
-    let results: Vec<Value> = rows
+/// The results file (`--out`): the device, the settings and every configuration with all its
+/// step times ([`analyze::formats::bench_results`] writes it).
+pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> ResultsFile {
+    let results = rows
         .iter()
         .map(|r| {
             let c = &r.run.model;
-            let mut v = json!({
-                "size": c.label(),
-                "d_model": c.d_model, "d_ff": c.d_ff, "layers": c.layers, "heads": c.heads,
-                "ctx": r.run.ctx, "batch": r.run.batch,
-                "mode": r.run.mode.as_str(), "precision": r.run.precision.as_str(), "tf32": r.run.tf32,
-                "parameters": c.parameters(),
-                "flops_per_step": plan::plan(&r.run).flops.per_step,
-                "planned_peak_bytes": plan::plan(&r.run).memory.peak,
-            });
-            let obj = v.as_object_mut().expect("built as an object");
+            let plan = plan::plan(&r.run);
+            let mut v = RunResult {
+                size: Some(c.label()),
+                d_model: Some(c.d_model as u64),
+                d_ff: Some(c.d_ff as u64),
+                layers: Some(c.layers as u64),
+                heads: Some(c.heads as u64),
+                ctx: Some(r.run.ctx as u32),
+                batch: Some(r.run.batch as u32),
+                mode: Some(r.run.mode.as_str().to_owned()),
+                precision: Some(r.run.precision.as_str().to_owned()),
+                tf32: Some(r.run.tf32),
+                parameters: Some(c.parameters()),
+                flops_per_step: Some(plan.flops.per_step),
+                planned_peak_bytes: Some(plan.memory.peak),
+                ..RunResult::default()
+            };
             match &r.outcome {
                 Outcome::Ran(m) => {
-                    obj.insert("status".into(), "ok".into());
-                    obj.insert("host".into(), m.host.json());
-                    obj.insert("events".into(), m.event.json());
-                    obj.insert("host_step_ms".into(), json!(m.host_ms));
-                    obj.insert("event_step_ms".into(), json!(m.event_ms));
-                    obj.insert("tokens_per_s".into(), json!(tokens_per_second(&r.run, m.host.mean)));
-                    obj.insert("loss".into(), json!(m.loss));
-                    let mut memory = json!({
-                        "after_build_bytes": m.memory.after_build,
-                        "in_use_bytes": m.memory.in_use,
-                        "peak_bytes": m.memory.peak,
-                        "device_used_bytes": m.memory.device_used,
+                    v.status = Some("ok".into());
+                    v.host = Some(m.host.step_times());
+                    v.events = Some(m.event.step_times());
+                    v.host_step_ms = Some(m.host_ms.clone());
+                    v.event_step_ms = Some(m.event_ms.clone());
+                    v.tokens_per_s = Some(tokens_per_second(&r.run, m.host.mean));
+                    v.loss = Some(m.loss.map(f64::from));
+                    v.memory = Some(Memory {
+                        after_build_bytes: Some(m.memory.after_build),
+                        in_use_bytes: Some(m.memory.in_use),
+                        peak_bytes: Some(m.memory.peak),
+                        device_used_bytes: Some(m.memory.device_used),
+                        allocator: m.allocator.as_ref().map(|a| AllocatorCounters {
+                            kind: Some(AllocatorKind::Caching.as_str().into()),
+                            peak_window: Some("last timed step".into()),
+                            max_allocated_bytes: Some(a.max_allocated),
+                            max_reserved_bytes: Some(a.max_reserved),
+                            allocated_bytes: Some(a.allocated),
+                            reserved_bytes: Some(a.reserved),
+                            device_allocs: Some(a.device_allocs),
+                            history_entries: Some(a.history_entries as u64),
+                        }),
                     });
-                    if let (Some(a), Some(o)) = (&m.allocator, memory.as_object_mut()) {
-                        o.insert(
-                            "allocator".into(),
-                            json!({
-                                "kind": "caching",
-                                "peak_window": "last timed step",
-                                "max_allocated_bytes": a.max_allocated,
-                                "max_reserved_bytes": a.max_reserved,
-                                "allocated_bytes": a.allocated,
-                                "reserved_bytes": a.reserved,
-                                "device_allocs": a.device_allocs,
-                                "history_entries": a.history_entries,
-                            }),
-                        );
-                    }
-                    obj.insert("memory".into(), memory);
                     if !m.written.is_empty() {
-                        let files: Vec<String> =
-                            m.written.iter().map(|p| p.display().to_string()).collect();
-                        obj.insert("files".into(), json!(files));
+                        v.files = Some(m.written.iter().map(|p| p.display().to_string()).collect());
                     }
                 }
                 Outcome::OutOfMemory { what } => {
-                    obj.insert("status".into(), "oom".into());
-                    obj.insert("oom".into(), json!(what));
+                    v.status = Some("oom".into());
+                    v.oom = Some(what.clone());
                 }
             }
             v
         })
         .collect();
-    json!({
-        "device": {
-            "name": device.name,
-            "driver": device.driver,
-            "compute_capability": format!("{}.{}", device.compute_capability.0, device.compute_capability.1),
-            "total_memory_bytes": device.total_memory,
-            "multiprocessors": device.multiprocessors,
-        },
-        "settings": {
-            "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps, "tf32": opts.tf32,
-            "seed": opts.seed, "allocator": opts.allocator.as_str(),
-            "timing": "host clock from the step's launch to the end of a stream synchronize; CUDA events around the step",
-        },
-        "results": results,
-    })
+    ResultsFile {
+        device: Some(bench_results::Device {
+            name: Some(device.name.clone()),
+            driver: Some(device.driver.clone()),
+            compute_capability: Some(format!(
+                "{}.{}",
+                device.compute_capability.0, device.compute_capability.1
+            )),
+            total_memory_bytes: Some(device.total_memory),
+            multiprocessors: Some(i64::from(device.multiprocessors)),
+        }),
+        settings: Some(Settings {
+            batch: Some(opts.batch as u64),
+            warmup: Some(opts.warmup as u64),
+            steps: Some(opts.steps as u64),
+            tf32: Some(opts.tf32),
+            seed: Some(opts.seed),
+            allocator: Some(opts.allocator.as_str().to_owned()),
+            timing: Some(
+                "host clock from the step's launch to the end of a stream synchronize; CUDA \
+                 events around the step"
+                    .to_owned(),
+            ),
+        }),
+        results,
+    }
 }
 
 #[cfg(test)]

@@ -22,19 +22,18 @@
 //!
 //! The device is behind the [`Backend`] trait: [`CudaBackend`] (cudarc, driver API) on the GPU
 //! and any fake in tests. While recording is on, every event goes to a [`TraceBuffer`] with the
-//! current [`MemoryContext`] stack; [`CachingAllocator::snapshot`] turns state and history into
-//! a [`Snapshot`] for [`crate::snapshot_writer`].
+//! current [`MemoryContext`] stack; [`CachingAllocator::snapshot`] gives state and history as
+//! an [`AllocatorState`], which [`crate::memory_snapshot`] turns into a PyTorch snapshot.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use cudarc::driver::{result as cu, sys as cu_sys, CudaContext};
 
+use analyze::memory::{Action, AllocatorSettings, BlockState, Frame, SegmentKind, StackId};
+
 use crate::memory_history::{
-    Action, Clock, FrameGuard, MemoryContext, StackId, TraceBuffer, TraceEntry,
-};
-use crate::snapshot_writer::{
-    AllocatorSettings, BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot,
+    Annotation, Clock, FrameGuard, FrameId, MemoryContext, TraceBuffer, TraceEntry,
 };
 
 /// Requests are rounded up to multiples of this (`kMinBlockSize`).
@@ -181,6 +180,51 @@ pub struct OutOfMemory {
 #[error("free of 0x{ptr:x}, which is not an allocated block")]
 pub struct UnknownPointer {
     pub ptr: u64,
+}
+
+/// One block of a segment, in address order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// Context of the allocation that made the block active; `None` for free blocks or blocks
+    /// allocated before recording started.
+    pub stack: Option<StackId>,
+}
+
+/// One device allocation (`cudaMalloc`) of the allocator, with its blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub device: u32,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: u64,
+    /// The pool: [`SegmentKind::Small`] or [`SegmentKind::Large`].
+    pub segment_type: SegmentKind,
+    /// Context of the allocation that made the segment.
+    pub stack: Option<StackId>,
+    pub blocks: Vec<BlockInfo>,
+}
+
+/// The allocator's segments and blocks at one moment, and its history up to it: what
+/// PyTorch's `torch.cuda.memory._snapshot()` reports, in the allocator's own terms (stacks are
+/// indices into `stacks`, which has no empty stack; `None` stands for it).
+#[derive(Clone, Debug)]
+pub struct AllocatorState {
+    /// Sorted by address.
+    pub segments: Vec<SegmentInfo>,
+    /// Device index of the trace.
+    pub device: u32,
+    /// Oldest first.
+    pub trace: Vec<TraceEntry>,
+    /// `frames[id]`.
+    pub frames: Vec<Frame>,
+    /// `stacks[id]`, innermost frame first.
+    pub stacks: Vec<Vec<FrameId>>,
+    pub settings: AllocatorSettings,
+    pub annotations: Vec<Annotation>,
 }
 
 /// A counter with its peak since the last reset.
@@ -833,7 +877,7 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// The allocator's state (segments and blocks) and, when recording, its history.
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> AllocatorState {
         let mut segments = Vec::with_capacity(self.segments.len());
         for (&base, seg) in &self.segments {
             let mut blocks = Vec::new();
@@ -859,15 +903,15 @@ impl<B: Backend> CachingAllocator<B> {
                 total_size: seg.size,
                 stream: seg.stream.0,
                 segment_type: match seg.pool {
-                    Pool::Small => SegmentType::Small,
-                    Pool::Large => SegmentType::Large,
+                    Pool::Small => SegmentKind::Small,
+                    Pool::Large => SegmentKind::Large,
                 },
                 stack: seg.stack,
                 blocks,
             });
         }
         let (frames, stacks) = self.context.tables();
-        Snapshot {
+        AllocatorState {
             segments,
             device: self.config.device,
             trace: self
@@ -878,13 +922,14 @@ impl<B: Backend> CachingAllocator<B> {
             frames,
             stacks,
             settings: AllocatorSettings {
-                max_split_size: self.config.max_split_size,
-                expandable_segments: false,
+                // The equivalent `PYTORCH_CUDA_ALLOC_CONF`.
                 alloc_conf: self
                     .config
                     .max_split_size
-                    .map(|b| format!("max_split_size_mb:{}", b >> 20))
-                    .unwrap_or_default(),
+                    .map(|b| format!("max_split_size_mb:{}", b >> 20)),
+                max_split_size: self.config.max_split_size,
+                expandable_segments: false,
+                roundup_power2_divisions: Vec::new(),
             },
             annotations: self.context.annotations(),
         }

@@ -1,5 +1,6 @@
 //! Kernel, API and memory-operation tracing through CUPTI's activity API (cudarc's `cupti`
-//! bindings, CUDA 13.0 record layouts), turned into the records [`crate::trace_db`] writes.
+//! bindings, CUDA 13.0 record layouts), turned into the records
+//! [`analyze::formats::nsys_sqlite::write`] writes.
 //!
 //! Three layers, so that all but the first run on a machine without a GPU:
 //! - [`CuptiTracer`]: the GPU-facing part. It enables the activity kinds `CONCURRENT_KERNEL`,
@@ -12,7 +13,8 @@
 //!   memcpy version 6, memset version 4; newer CUPTI releases only append fields) into an
 //!   [`Activity`], copying the kernel name. Unknown kinds are skipped.
 //! - [`RecordConverter`]: [`Activity`] values into [`TraceRecords`]: kernel names demangled
-//!   (`demangledName`) and reduced to their base name (`shortName`), API names from their
+//!   (`demangledName`) and reduced to their base name (`shortName`, by nsys's rule,
+//!   [`short_name`]), API names from their
 //!   callback ids, CUPTI's memory kinds mapped to nsys's, and driver calls that share a
 //!   correlation id with a runtime call (the driver call the runtime made) dropped, as nsys
 //!   drops them, so that every kernel joins exactly one API call (checked on the H200: cuBLAS's
@@ -21,8 +23,8 @@
 //!   and the query calls nsys does not record ([`CALLS_NSYS_LEAVES_OUT`]) dropped too.
 //!
 //! NVTX ranges are not CUPTI's business here: `collect` records its own with
-//! [`crate::trace_db::RangeRecorder`], stamped with [`CuptiTracer::timestamp`] so that they share
-//! the activity records' clock.
+//! [`crate::trace_ranges::RangeRecorder`], stamped with [`CuptiTracer::timestamp`] so that they
+//! share the activity records' clock.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -35,9 +37,10 @@ use cudarc::cupti::sys;
 
 pub use cudarc::cupti::result::CuptiError;
 
-use crate::trace_db::{
+use analyze::formats::nsys_sqlite::write::{
     ApiClass, ApiRecord, KernelRecord, MemcpyRecord, MemsetRecord, Name, TraceRecords,
 };
+use analyze::formats::nsys_sqlite::{mem_kind, short_name};
 
 /// The API a call record belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -293,63 +296,12 @@ pub fn kernel_names(raw: &str) -> KernelNames {
     KernelNames { demangled, short }
 }
 
-/// The base name of a demangled function signature: drop the return type, the parameter list,
-/// template arguments and enclosing scopes (`void at::native::f<4>(int)` gives `f`).
-pub fn short_name(demangled: &str) -> String {
-    // Cut at the parameter list: the first '(' at template depth 0 that is not part of a
-    // scope such as `(anonymous namespace)`.
-    let bytes = demangled.as_bytes();
-    let mut depth = 0i32;
-    let mut end = bytes.len();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b'(' if depth == 0 => {
-                let rest = &demangled[i..];
-                if rest.starts_with("(anonymous namespace)") {
-                    i += "(anonymous namespace)".len();
-                    continue;
-                }
-                end = i;
-                break;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let head = &demangled[..end];
-    // Drop template arguments (at depth > 0) and keep the last scope component at depth 0.
-    let mut out = String::new();
-    let mut depth = 0i32;
-    let mut last = String::new();
-    for c in head.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            _ if depth == 0 => last.push(c),
-            _ => {}
-        }
-    }
-    // `last` is e.g. `void at::native::elementwise_kernel`: take what follows the final space
-    // and the final `::`.
-    let tail = last.rsplit(' ').next().unwrap_or(&last);
-    let tail = tail.rsplit("::").next().unwrap_or(tail);
-    out.push_str(tail);
-    if out.is_empty() {
-        demangled.to_owned()
-    } else {
-        out
-    }
-}
-
 /// CUPTI's `CUpti_ActivityMemoryKind` to nsys's `ENUM_CUDA_MEM_KIND` (CUPTI counts from
 /// "unknown" = 0, nsys from "pageable" = 0 with "unknown" = 7).
 pub fn nsys_memory_kind(cupti_kind: u16) -> u8 {
     match cupti_kind {
         1..=7 => (cupti_kind - 1) as u8,
-        _ => 7,
+        _ => mem_kind::UNKNOWN,
     }
 }
 

@@ -52,10 +52,10 @@ pub enum Error {
     Trace(String),
 
     #[error("writing the trace: {0}")]
-    TraceDb(#[from] crate::trace_db::TraceDbError),
+    TraceDb(#[source] analyze::Error),
 
     #[error("writing the memory snapshot: {0}")]
-    Snapshot(#[from] crate::snapshot_writer::SnapshotError),
+    Snapshot(#[source] analyze::Error),
 }
 
 impl Error {

@@ -6,12 +6,16 @@
 //! This is the counterpart of PyTorch's `_record_memory_history`: the entries have the fields of
 //! `torch.cuda.memory._snapshot()["device_traces"]`, and frames are interned once, so a stack
 //! pushed a million times is stored once. Frames are what the caller pushes, never a native
-//! backtrace. The allocator decides when to record; this module does no allocation accounting
-//! and no file output (see [`crate::snapshot_writer`]).
+//! backtrace. The words are the snapshot format's ([`Action`], [`Stage`], [`Frame`],
+//! [`StackId`]); the allocator decides when to record; this module does no allocation accounting
+//! and no file output (see [`crate::memory_snapshot`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use analyze::formats::torch_snapshot::{MODULE_FRAME_FILE, PHASE_FRAME_FILE};
+use analyze::memory::{Action, Frame, StackId, Stage};
 
 /// A clock in microseconds, the unit of `time_us` in PyTorch's snapshots.
 #[derive(Clone)]
@@ -59,56 +63,19 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
-    /// The `filename` a frame of this kind gets in the snapshot. memory_viz prints frames as
-    /// `filename:line:name` and keeps the part after the last `/`, so a frame reads
-    /// `module:0:layers.3.attn` there; a reader tells the kinds apart by this field.
+    /// The `filename` a frame of this kind gets in the snapshot; a reader tells the kinds apart
+    /// by this field ([`PHASE_FRAME_FILE`], [`MODULE_FRAME_FILE`]).
     pub fn filename(self) -> &'static str {
         match self {
-            FrameKind::Phase => "collect/phase",
-            FrameKind::Module => "collect/module",
+            FrameKind::Phase => PHASE_FRAME_FILE,
+            FrameKind::Module => MODULE_FRAME_FILE,
         }
     }
 }
 
-/// One frame as a snapshot stores it (`{'name', 'filename', 'line'}`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Frame {
-    pub name: String,
-    pub filename: String,
-    pub line: u32,
-}
-
-/// An interned [`Frame`].
+/// An interned [`Frame`]: an index into the frames of [`MemoryContext::tables`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FrameId(pub u32);
-
-/// An interned stack of frames, innermost first (PyTorch's order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StackId(pub u32);
-
-/// The kind of a trace entry, spelled as PyTorch spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    SegmentAlloc,
-    SegmentFree,
-    Oom,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::Oom => "oom",
-        }
-    }
-}
 
 /// One event of the allocator's history.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,26 +91,11 @@ pub struct TraceEntry {
     pub size: u64,
     pub stream: u64,
     pub time_us: i64,
-    /// The context when the event happened; `None` when no frame was pushed.
+    /// The context when the event happened, an index into the stacks of
+    /// [`MemoryContext::tables`]; `None` when no frame was pushed.
     pub stack: Option<StackId>,
     /// Free device memory reported when an allocation failed (`oom` only).
     pub device_free: u64,
-}
-
-/// `START` or `END` of an annotation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    Start,
-    End,
-}
-
-impl Stage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Start => "START",
-            Stage::End => "END",
-        }
-    }
 }
 
 /// A phase boundary, written to the snapshot's `external_annotations` (where PyTorch writes its
@@ -400,7 +352,7 @@ impl MemoryContext {
     }
 
     /// Interned frames and stacks, for the snapshot: `frames[id]`, `stacks[id]` (innermost
-    /// first).
+    /// first). No stack stands for the empty one: an event outside any frame has none.
     pub fn tables(&self) -> (Vec<Frame>, Vec<Vec<FrameId>>) {
         let s = self.lock();
         (s.frames.values.clone(), s.stacks.values.clone())

@@ -1,7 +1,7 @@
 //! One traced run: CUPTI activity tracing ([`crate::cupti::CuptiTracer`]) from [`TraceSession::start`]
 //! to [`TraceSession::finish`], with the NVTX ranges `collect` opens in between recorded on
 //! CUPTI's clock and under the thread ids CUPTI reports, assembled into the [`TraceRecords`]
-//! that [`crate::trace_db`] writes in the nsys export schema.
+//! that [`analyze::formats::nsys_sqlite::write`] writes in the nsys export schema.
 //!
 //! The ranges come through [`crate::ranges`]: install [`TraceSession::range_recorder`] (alone or
 //! in a [`crate::ranges::Fanout`]) for the span to trace. The caller describes the run
@@ -12,12 +12,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use analyze::formats::nsys_sqlite::write::{GpuInfo, ProcessInfo, TraceRecords};
+use analyze::formats::run_metadata::RunMetadata;
+
 use crate::cupti::{CuptiTracer, RecordConverter};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::ranges::RangeRecorder;
-use crate::run_metadata::RunMetadata;
-use crate::trace_db::{self, GpuInfo, ProcessInfo, TraceRecords};
+use crate::trace_ranges::{self, current_tid};
 
 /// Run-metadata keys this module adds.
 pub mod keys {
@@ -28,24 +30,24 @@ pub mod keys {
 /// A trace in progress.
 pub struct TraceSession {
     tracer: CuptiTracer,
-    ranges: Rc<RefCell<trace_db::RangeRecorder>>,
+    ranges: Rc<RefCell<trace_ranges::RangeRecorder>>,
     start_utc_ns: i64,
 }
 
 /// Feeds [`crate::ranges`]' pushes and pops into the session's range list, stamped with
 /// [`CuptiTracer::timestamp`] and the calling thread's system id.
-struct TraceRanges(Rc<RefCell<trace_db::RangeRecorder>>);
+struct TraceRanges(Rc<RefCell<trace_ranges::RangeRecorder>>);
 
 impl RangeRecorder for TraceRanges {
     fn push(&mut self, name: &str, _at: Instant) {
         // The tracer is running, so its clock answers; 0 would only misplace one range.
         let t = CuptiTracer::timestamp().unwrap_or(0);
-        self.0.borrow_mut().push(name, t, trace_db::current_tid());
+        self.0.borrow_mut().push(name, t, current_tid());
     }
 
     fn pop(&mut self, _at: Instant) {
         let t = CuptiTracer::timestamp().unwrap_or(0);
-        self.0.borrow_mut().pop(t, trace_db::current_tid());
+        self.0.borrow_mut().pop(t, current_tid());
     }
 }
 
@@ -65,7 +67,7 @@ impl TraceSession {
         let tracer = CuptiTracer::start().map_err(|e| Error::Trace(e.to_string()))?;
         Ok(TraceSession {
             tracer,
-            ranges: Rc::new(RefCell::new(trace_db::RangeRecorder::new(
+            ranges: Rc::new(RefCell::new(trace_ranges::RangeRecorder::new(
                 std::process::id(),
             ))),
             start_utc_ns,
@@ -91,7 +93,7 @@ impl TraceSession {
             )));
         }
         let pid = std::process::id();
-        let tid = trace_db::current_tid();
+        let tid = current_tid();
         run.set(keys::CUPTI_DROPPED_RECORDS, collected.dropped);
         let info = &gpu.info;
         let mut out = TraceRecords {

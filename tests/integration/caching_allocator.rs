@@ -8,10 +8,11 @@ use crate::common;
 
 use std::collections::HashMap;
 
+use analyze::memory::Action;
 use collect::caching_allocator::{
     round_size, segment_size, AllocatorConfig, Backend, CachingAllocator, Oom, StreamId,
 };
-use collect::memory_history::{Action, Clock};
+use collect::memory_history::Clock;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -463,7 +464,7 @@ fn layout(a: &CachingAllocator<FakeDevice>) -> Vec<Vec<(u64, u64, bool)>> {
                     (
                         b.address - s.address,
                         b.size,
-                        b.state == collect::snapshot_writer::BlockState::ActiveAllocated,
+                        b.state == analyze::memory::BlockState::ActiveAllocated,
                     )
                 })
                 .collect()

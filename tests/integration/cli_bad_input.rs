@@ -62,7 +62,7 @@ fn listing(dir: &Path) -> Vec<String> {
 
 /// An uncompressed copy of a bundled export in `dir`.
 fn unpacked_export(dir: &Path, name: &str) -> PathBuf {
-    let bytes = analyze::ingest::read_maybe_gzip(&common::fixture(SMALL)).unwrap();
+    let bytes = analyze::formats::read_maybe_gzip(&common::fixture(SMALL)).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
     path

@@ -181,7 +181,7 @@ fn the_snapshot_peak_is_the_allocators() {
     let m = json(&["memory", "-f", "json", &path(SNAPSHOT)]);
     let peak = m["peak_allocated_bytes"].as_u64().expect("peak");
     // The same run's trace carries the allocator's counter in RUN_METADATA...
-    let trace = analyze::ingest::load_trace(&common::fixture(TRACE)).expect("trace loads");
+    let trace = analyze::formats::load_trace(&common::fixture(TRACE)).expect("trace loads");
     let meta: u64 = trace.source.run["peak_allocated_bytes"]
         .parse()
         .expect("a number");

@@ -1,7 +1,7 @@
-//! `collect`'s writers read back by the readers that matter: a synthetic trace written by
-//! `trace_db` through `analyze`'s nsys reader (and plain SQL), raw CUPTI records through the
-//! converter, and a recorded allocation sequence written by `snapshot_writer` through Python's
-//! `pickle` with the checks `torch.cuda._memory_viz` and memory_viz rely on. Real files from
+//! `collect`'s writers read back by the readers that matter: a synthetic trace written by the
+//! nsys-schema writer through `analyze`'s nsys reader (and plain SQL), raw CUPTI records through
+//! the converter, and a recorded allocation sequence written as a memory snapshot through
+//! Python's `pickle` with the checks `torch.cuda._memory_viz` and memory_viz rely on. Real files from
 //! `../shared/fixtures/ours` give the schema, the kernel names and the snapshot shapes to match;
 //! tests that need them or `python3` say so and skip when they are absent.
 
@@ -12,22 +12,23 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use analyze::formats::nsys_sqlite::write::{
+    self as nsys_write, ApiClass, ApiRecord, GpuInfo, KernelRecord, MemcpyRecord, MemsetRecord,
+    ProcessInfo, TraceRecords,
+};
+use analyze::formats::run_metadata::{RunDescription, RunMetadata};
 use analyze::model::{ApiKind, MemOpKind, RangeStyle};
 use collect::caching_allocator::{AllocatorConfig, Backend, CachingAllocator, Oom, StreamId};
 use collect::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
 use collect::memory_history::Clock;
-use collect::run_metadata::{RunDescription, RunMetadata};
-use collect::snapshot_writer;
-use collect::trace_db::{
-    self, ApiClass, ApiRecord, GpuInfo, KernelRecord, MemcpyRecord, MemsetRecord, ProcessInfo,
-    RangeRecorder, TraceRecords,
-};
+use collect::memory_snapshot;
+use collect::trace_ranges::RangeRecorder;
 
 const PID: u32 = 4242;
 const TID: u32 = 4242;
 const MIB: u64 = 1 << 20;
 
-fn name(s: &str) -> trace_db::Name {
+fn name(s: &str) -> nsys_write::Name {
     Arc::from(s)
 }
 
@@ -200,7 +201,7 @@ fn synthetic_trace() -> TraceRecords {
 
 fn write_trace(dir: &Path, records: &TraceRecords) -> std::path::PathBuf {
     let path = dir.join("trace.sqlite");
-    trace_db::write(&path, records).unwrap();
+    nsys_write::to_file(&path, records).unwrap();
     path
 }
 
@@ -209,7 +210,7 @@ fn synthetic_trace_reads_back_through_analyze() {
     let records = synthetic_trace();
     let dir = tempfile::tempdir().unwrap();
     let path = write_trace(dir.path(), &records);
-    let t = analyze::ingest::load_trace(&path).unwrap();
+    let t = analyze::formats::load_trace(&path).unwrap();
 
     assert_eq!(t.source.schema_version.as_deref(), Some("3.20.3"));
     assert!(t.source.missing.is_empty(), "{:?}", t.source.missing);
@@ -405,12 +406,12 @@ fn writing_over_an_existing_trace_replaces_it_whole() {
         },
         ..TraceRecords::default()
     };
-    trace_db::write(&path, &small).unwrap();
-    let t = analyze::ingest::load_trace(&path).unwrap();
+    nsys_write::to_file(&path, &small).unwrap();
+    let t = analyze::formats::load_trace(&path).unwrap();
     assert!(t.kernels.is_empty());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     let missing = dir.path().join("no/such/dir/trace.sqlite");
-    assert!(trace_db::write(&missing, &small).is_err());
+    assert!(nsys_write::to_file(&missing, &small).is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -540,7 +541,7 @@ fn raw_cupti_records_convert_write_and_read_back() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = write_trace(dir.path(), &out);
-    let t = analyze::ingest::load_trace(&path).unwrap();
+    let t = analyze::formats::load_trace(&path).unwrap();
     assert_eq!(t.kernels.len(), 1);
     let kr = &t.kernels[0];
     assert_eq!(t.name(kr.short_name), "vectorized_elementwise_kernel");
@@ -864,7 +865,7 @@ fn snapshot_loads_in_python_and_replays_to_the_peak() {
     let a = recorded_allocator();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("snapshot.pickle");
-    snapshot_writer::write(&a.snapshot(), &path).unwrap();
+    memory_snapshot::write(&a.snapshot(), &path).unwrap();
     let real = common::shared("ours/memsnap/memsnap_small_ctx128_train_fp32.pickle.gz");
     py.arg("-c").arg(CHECK_SNAPSHOT).arg(&path);
     if let Some(r) = &real {
@@ -1017,8 +1018,8 @@ fn snapshot_reads_back_through_analyze_memory() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["snapshot.pickle", "snapshot.pickle.gz"] {
         let path = dir.path().join(name);
-        snapshot_writer::write(&snap, &path).unwrap();
-        let loaded = analyze::ingest::load_snapshot(&path).unwrap();
+        memory_snapshot::write(&snap, &path).unwrap();
+        let loaded = analyze::formats::load_snapshot(&path).unwrap();
         assert_eq!(loaded.segments.len(), snap.segments.len(), "{name}");
         assert_eq!(loaded.trace(0).len(), snap.trace.len(), "{name}");
         let an = analyze_memory(&loaded, &Rules::builtin(), &MemoryOptions::default());

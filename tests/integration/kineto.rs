@@ -6,7 +6,7 @@ use crate::common;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
-use analyze::ingest;
+use analyze::formats;
 use analyze::kernel_name::{self, canonical_names, short_name};
 use analyze::model::{ApiKind, Bytes, MemOpKind, Nanos, SourceFormat, Trace};
 
@@ -16,12 +16,12 @@ const NSYS: &str = "nsys/torch_small_ctx128_train_fp32.sqlite.gz";
 /// Each fixture is read once and shared by the tests that need it.
 fn kineto() -> &'static Trace {
     static T: OnceLock<Trace> = OnceLock::new();
-    T.get_or_init(|| ingest::load_trace(&common::fixture(KINETO)).unwrap())
+    T.get_or_init(|| formats::load_trace(&common::fixture(KINETO)).unwrap())
 }
 
 fn nsys() -> &'static Trace {
     static T: OnceLock<Trace> = OnceLock::new();
-    T.get_or_init(|| ingest::load_trace(&common::fixture(NSYS)).unwrap())
+    T.get_or_init(|| formats::load_trace(&common::fixture(NSYS)).unwrap())
 }
 
 fn counts<'a>(names: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
@@ -100,7 +100,7 @@ fn kineto_small_ctx128_train_fp32_has_the_kernels_of_step_0_under_nsys() {
 fn short_names_are_derived_as_nsys_derives_them() {
     // Every kernel of two exports: nsys's shortName from its own demangled name and from the
     // GNU demangling of the mangled name.
-    let bf16 = ingest::load_trace(&common::fixture(
+    let bf16 = formats::load_trace(&common::fixture(
         "nsys/torch_small_ctx256_train_bf16.sqlite.gz",
     ))
     .unwrap();
@@ -247,7 +247,7 @@ fn public_kineto_traces_load() {
         let Some(path) = common::shared(file) else {
             continue;
         };
-        let t = ingest::load_trace(&path).unwrap();
+        let t = formats::load_trace(&path).unwrap();
         let sets = t
             .mem_ops
             .iter()
@@ -277,7 +277,7 @@ fn rocm_trace_keeps_hip_calls_and_device_numbers() {
     else {
         return;
     };
-    let t = ingest::load_trace(&path).unwrap();
+    let t = formats::load_trace(&path).unwrap();
     let launches = t
         .api_calls
         .iter()
@@ -306,13 +306,13 @@ fn json_that_is_not_a_trace_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("settings.json");
     std::fs::write(&path, b"{\"theme\": \"dark\"}").unwrap();
-    let err = ingest::load_trace(&path).unwrap_err().to_string();
+    let err = formats::load_trace(&path).unwrap_err().to_string();
     assert!(
         err.contains("settings.json") && err.contains("traceEvents"),
         "{err}"
     );
     std::fs::write(&path, b"{\"traceEvents\": [ {\"ph\": ").unwrap();
-    let err = ingest::load_trace(&path).unwrap_err().to_string();
+    let err = formats::load_trace(&path).unwrap_err().to_string();
     assert!(
         err.contains("settings.json") && !err.contains('\n'),
         "{err}"

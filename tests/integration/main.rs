@@ -16,6 +16,7 @@ mod collect_fixtures;
 mod collect_plan;
 mod collect_writers;
 mod compare;
+mod formats;
 mod kineto;
 mod memory_cli;
 mod memory_fuzz;

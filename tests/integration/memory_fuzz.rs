@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use analyze::ingest::torch_snapshot;
+use analyze::formats::torch_snapshot;
 use analyze::memory::categories::Rules;
 use analyze::memory::summary::{analyze, MemoryOptions};
 use analyze::memory::tables::report_document;
@@ -147,7 +147,7 @@ fn mutated_snapshots_never_panic() {
     let strategy = prop::collection::vec(mutation(), 1..4);
     let result = runner.run(&strategy, |muts| {
         let data = apply(base(), &muts);
-        match torch_snapshot::from_bytes(Path::new("fuzz.pickle"), &data) {
+        match torch_snapshot::read::from_bytes(Path::new("fuzz.pickle"), &data) {
             Ok(snap) => {
                 let opts = MemoryOptions {
                     label: "fuzz".into(),

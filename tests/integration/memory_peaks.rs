@@ -5,7 +5,7 @@ use crate::common;
 
 use std::sync::OnceLock;
 
-use analyze::ingest;
+use analyze::formats;
 use analyze::memory::categories::{self, Rules};
 use analyze::memory::phases::Phase;
 use analyze::memory::summary::{analyze, MemoryOptions, MemoryReport};
@@ -24,7 +24,7 @@ fn peaks() -> Vec<(String, u64)> {
 }
 
 fn analyse(file: &str) -> MemoryReport {
-    let snap = ingest::load_snapshot(&common::fixture(&format!("memsnap/{file}"))).unwrap();
+    let snap = formats::load_snapshot(&common::fixture(&format!("memsnap/{file}"))).unwrap();
     let opts = MemoryOptions {
         label: file.to_owned(),
         ..MemoryOptions::default()

@@ -8,7 +8,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use analyze::ingest;
+use analyze::formats;
 use analyze::memory::categories::Rules;
 use analyze::memory::charts::{categories_chart, timeline_chart};
 use analyze::memory::summary::{analyze, MemoryOptions};
@@ -119,7 +119,7 @@ const FILES: [Manifest; 4] = [
 fn public_snapshots_load_with_the_manifest_counts() {
     for m in &FILES {
         let Some(path) = public(m.file) else { return };
-        let s = ingest::load_snapshot(&path).unwrap();
+        let s = formats::load_snapshot(&path).unwrap();
         assert_eq!(s.trace(0).len(), m.entries, "{}", m.file);
         let got = actions(&s);
         for (k, n) in m.actions {
@@ -149,7 +149,7 @@ fn wedsonlin_training_carries_compile_context_and_optimizer_annotations() {
     let Some(path) = public("wedsonlin-a2__medium_128_training_memory_snapshot.pickle.gz") else {
         return;
     };
-    let s = ingest::load_snapshot(&path).unwrap();
+    let s = formats::load_snapshot(&path).unwrap();
     assert!(s
         .annotations
         .iter()
@@ -163,7 +163,7 @@ fn public_snapshots_give_tables_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     for (i, m) in FILES.iter().enumerate() {
         let Some(path) = public(m.file) else { return };
-        let s = ingest::load_snapshot(&path).unwrap();
+        let s = formats::load_snapshot(&path).unwrap();
         let opts = MemoryOptions {
             label: m.file.trim_end_matches(".pickle.gz").to_owned(),
             ..MemoryOptions::default()

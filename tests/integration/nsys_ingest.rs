@@ -2,13 +2,13 @@
 
 use crate::common;
 
-use analyze::ingest;
+use analyze::formats;
 use analyze::model::RangeStyle;
 
 #[test]
 fn torch_small_ctx128_train_fp32_loads_every_table() {
     let path = common::fixture("nsys/torch_small_ctx128_train_fp32.sqlite.gz");
-    let t = ingest::load_trace(&path).unwrap();
+    let t = formats::load_trace(&path).unwrap();
     assert_eq!(t.kernels.len(), 9047);
     assert_eq!(t.api_calls.len(), 18173);
     assert_eq!(t.mem_ops.len(), 235 + 144);

@@ -49,7 +49,7 @@ fn sum(table: &Table, name: &str) -> i64 {
 fn check_file(path: &Path) -> Vec<String> {
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     let trace =
-        analyze::ingest::load_trace(path).unwrap_or_else(|e| panic!("{name} does not load: {e}"));
+        analyze::formats::load_trace(path).unwrap_or_else(|e| panic!("{name} does not load: {e}"));
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let mut log = Vec::new();
     for report_name in Report::ALL {

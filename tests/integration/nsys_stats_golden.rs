@@ -27,7 +27,7 @@ const REPORTS: &[(&str, &str)] = &[
 
 /// Compute every report for `export` and compare each with `<stats_dir>/<stem>_<report>.csv`.
 fn check(export: &Path, stats_dir: &Path, stem: &str) {
-    let trace = analyze::ingest::load_trace(export).unwrap();
+    let trace = analyze::formats::load_trace(export).unwrap();
     let mut failures = Vec::new();
     for (name, suffix) in REPORTS {
         let golden_path = stats_dir.join(format!("{stem}_{suffix}.csv"));

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use analyze::ingest;
+use analyze::formats;
 use analyze::kernel_class::{Classifier, KernelClass};
 use analyze::phases::Attribution;
 use analyze::profile::{self, PhaseProfile, Profile, ProfileOptions};
@@ -38,7 +38,7 @@ fn load(name: &str) -> &'static Trace {
     if let Some(t) = cache.lock().unwrap().get(name) {
         return t;
     }
-    let trace: &'static Trace = Box::leak(Box::new(ingest::load_trace(&gz(name)).unwrap()));
+    let trace: &'static Trace = Box::leak(Box::new(formats::load_trace(&gz(name)).unwrap()));
     cache
         .lock()
         .unwrap()
@@ -354,7 +354,7 @@ fn every_public_export_gets_a_profile_or_says_what_it_lacks() {
     let mut refused = BTreeSet::new();
     for path in public_exports() {
         let file = path.file_name().unwrap().to_string_lossy().into_owned();
-        let trace = ingest::load_trace(&path).unwrap();
+        let trace = formats::load_trace(&path).unwrap();
         match profile::check_profilable(&trace) {
             Ok(()) => {
                 let p = profile::profile(&trace, builtin(), &Default::default());
@@ -391,7 +391,7 @@ fn every_kernel_name_lands_in_a_sensible_class() {
         names.extend(t.kernels.iter().map(|k| t.name(k.name).to_owned()));
     }
     for path in public_exports() {
-        let t = ingest::load_trace(&path).unwrap();
+        let t = formats::load_trace(&path).unwrap();
         names.extend(t.kernels.iter().map(|k| t.name(k.name).to_owned()));
     }
     let classes = builtin();
@@ -608,7 +608,7 @@ fn torch_small_ctx128_train_fp32_60steps_profiles_in_under_a_second() {
         return;
     };
     let start = std::time::Instant::now();
-    let trace = ingest::load_trace(&path).unwrap();
+    let trace = formats::load_trace(&path).unwrap();
     let loaded = start.elapsed();
     let p = profile::profile(&trace, &Classifier::builtin(), &ProfileOptions::default());
     let total = start.elapsed();

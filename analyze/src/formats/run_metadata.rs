@@ -1,8 +1,9 @@
 //! Run metadata: what was measured (model size, context length, batch, mode, precision) and
-//! how long the steps took, as the name/value pairs of the `RUN_METADATA` table that
-//! [`crate::trace_db`] writes beside the nsys tables, and that `analyze` loads into
-//! `Source.run` for labels. Values are text; numbers are written so that Rust's and Python's
-//! parsers read them back exactly. No I/O here.
+//! how long the steps took, as the name/value pairs of the `RUN_METADATA` table that `collect`
+//! writes beside the nsys tables ([`super::nsys_sqlite::write`]) and that
+//! [`super::nsys_sqlite::read`] loads into [`crate::model::Source::run`], where the profile and
+//! the report's labels look the keys up. Values are text; numbers are written so that Rust's and
+//! Python's parsers read them back exactly. No I/O here.
 
 /// Keys `collect` writes (a reader should accept others too).
 pub mod keys {
@@ -59,6 +60,7 @@ impl RunMetadata {
     /// The pairs for a run's configuration, with `tool` naming the writer.
     pub fn describe(run: &RunDescription) -> RunMetadata {
         let mut m = RunMetadata::new();
+        // The workspace gives `collect` and this crate one version.
         m.set(keys::TOOL, concat!("collect ", env!("CARGO_PKG_VERSION")))
             .set(keys::MODEL, &run.model)
             .set(keys::D_MODEL, run.d_model)

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::phases::{stack_phases, Phase};
 use super::{Frame, Frames, StackId};
 use crate::error::{Error, Result};
+use crate::formats::torch_snapshot::MODULE_FRAME_FILE;
 
 pub const PARAMETERS: &str = "parameters";
 pub const GRADIENTS: &str = "gradients";
@@ -142,7 +143,8 @@ impl Rules {
         // A Python function name at the end of a frame's text.
         let name = |pat: &str| format!(r"\.pyx?:\d+ (?i:\w*(?:{pat})\w*)$");
         // A module path recorded by `collect`, ending in `pat`.
-        let collect = |pat: &str| format!(r"^collect/module:\d+ \S*?(?:{pat})$");
+        let module_file = regex::escape(MODULE_FRAME_FILE);
+        let collect = |pat: &str| format!(r"^{module_file}:\d+ \S*?(?:{pat})$");
         let rules = vec![
             builtin_rule(AUTOCAST, Some(r"at::autocast::cached_cast"), None, None),
             builtin_rule(

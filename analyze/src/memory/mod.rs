@@ -2,10 +2,12 @@
 //! analyses over it.
 //!
 //! A [`Snapshot`] is what `torch.cuda.memory._dump_snapshot` saved, read by
-//! [`crate::ingest::torch_snapshot`] into plain Rust: the allocator's segments and blocks at the
+//! [`crate::formats::torch_snapshot`] into plain Rust: the allocator's segments and blocks at the
 //! moment of the dump (the *end state*), the per-device trace of allocator events recorded since
 //! `_record_memory_history` was switched on (the *window*), and the interned stack frames both
-//! refer to. Nothing here reads files; the analyses are pure functions:
+//! refer to. The same types are what that module writes for `collect`, and their enums are the
+//! snapshot's vocabulary, each with its spelling in the file (`as_str`). Nothing here reads
+//! files; the analyses are pure functions:
 //!
 //! - [`timeline`] replays the trace into allocated and reserved bytes over time, counted as the
 //!   caching allocator counts them, including what was allocated before recording began;
@@ -30,7 +32,8 @@ use serde::Serialize;
 /// Index of a frame in [`Frames::frames`].
 pub type FrameId = u32;
 
-/// Index of a stack in [`Frames::stacks`]; stack 0 is always the empty stack.
+/// Index of a stack in the stack table it belongs to: in a snapshot's [`Frames::stacks`], where
+/// stack 0 is always the empty stack, or in the table of the recorder that made it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct StackId(pub u32);
 
@@ -114,7 +117,7 @@ impl Frame {
 
 /// All frames and stacks of a snapshot, each stored once. Stacks list frames innermost first, as
 /// PyTorch records them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Frames {
     pub frames: Vec<Frame>,
     pub stacks: Vec<Vec<FrameId>>,
@@ -145,14 +148,37 @@ impl Frames {
 pub enum BlockState {
     /// Held by a tensor.
     ActiveAllocated,
-    /// Freed by its tensor but still in use by another stream's pending work.
+    /// Freed by its tensor but still in use by another stream's pending work (PyTorch's
+    /// `record_stream`).
     ActivePendingFree,
     /// Cached, free for reuse.
     Inactive,
 }
 
+impl BlockState {
+    /// As a snapshot spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+        }
+    }
+
+    /// The state a snapshot's spelling names (`active_awaiting_free` is PyTorch 2.0's name for a
+    /// pending free); `None` for any other text.
+    pub fn from_name(name: &str) -> Option<BlockState> {
+        match name {
+            "active_allocated" => Some(BlockState::ActiveAllocated),
+            "active_pending_free" | "active_awaiting_free" => Some(BlockState::ActivePendingFree),
+            "inactive" => Some(BlockState::Inactive),
+            _ => None,
+        }
+    }
+}
+
 /// A piece of a segment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Block {
     pub address: u64,
     /// The block's size as the allocator counts it (rounded, possibly more than requested).
@@ -172,8 +198,28 @@ pub enum SegmentKind {
     Unknown,
 }
 
+impl SegmentKind {
+    /// As a snapshot's `segment_type` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentKind::Small => "small",
+            SegmentKind::Large => "large",
+            SegmentKind::Unknown => "unknown",
+        }
+    }
+
+    /// The kind a `segment_type` names; [`SegmentKind::Unknown`] for anything else.
+    pub fn from_name(name: &str) -> SegmentKind {
+        match name {
+            "small" => SegmentKind::Small,
+            "large" => SegmentKind::Large,
+            _ => SegmentKind::Unknown,
+        }
+    }
+}
+
 /// One `cudaMalloc`ed (or, for expandable segments, mapped) range the allocator holds.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Segment {
     pub device: i64,
     pub address: u64,
@@ -181,11 +227,38 @@ pub struct Segment {
     pub stream: u64,
     pub kind: SegmentKind,
     pub is_expandable: bool,
+    /// Context of the allocation that made the segment.
+    pub stack: StackId,
+    /// In address order.
     pub blocks: Vec<Block>,
 }
 
+impl Segment {
+    /// Sum of the active-allocated blocks (`allocated_size`).
+    pub fn allocated_size(&self) -> u64 {
+        self.sum(|b| b.state == BlockState::ActiveAllocated, |b| b.size)
+    }
+
+    /// Sum of the active blocks, pending frees included (`active_size`).
+    pub fn active_size(&self) -> u64 {
+        self.sum(|b| b.state != BlockState::Inactive, |b| b.size)
+    }
+
+    /// Sum of the requested sizes of active-allocated blocks (`requested_size`).
+    pub fn requested_size(&self) -> u64 {
+        self.sum(
+            |b| b.state == BlockState::ActiveAllocated,
+            |b| b.requested_size,
+        )
+    }
+
+    fn sum(&self, keep: impl Fn(&Block) -> bool, size: impl Fn(&Block) -> u64) -> u64 {
+        self.blocks.iter().filter(|b| keep(b)).map(size).sum()
+    }
+}
+
 /// What a trace entry records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Alloc,
@@ -203,8 +276,43 @@ pub enum Action {
     Other,
 }
 
+impl Action {
+    /// As a snapshot spells it (`other` for an action that had another name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Other => "other",
+        }
+    }
+
+    /// The action a snapshot's spelling names; [`Action::Other`] for one this reader does not
+    /// know.
+    pub fn from_name(name: &str) -> Action {
+        match name {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            _ => Action::Other,
+        }
+    }
+}
+
 /// One allocator event of the recorded window.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TraceEntry {
     pub action: Action,
     pub addr: u64,
@@ -222,16 +330,34 @@ pub struct TraceEntry {
 
 /// A `START`/`END` mark PyTorch adds around `Optimizer.step` and friends
 /// (`external_annotations`, PyTorch 2.5+).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Annotation {
     pub device: Option<i64>,
+    /// [`Stage`]'s spelling, or whatever else the file wrote.
     pub stage: String,
     pub name: String,
     pub time_us: Option<i64>,
 }
 
+/// Whether an [`Annotation`] opens or closes its span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Start,
+    End,
+}
+
+impl Stage {
+    /// As a snapshot spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Start => "START",
+            Stage::End => "END",
+        }
+    }
+}
+
 /// The allocator settings saved with the snapshot (PyTorch 2.5+), as far as sizes depend on them.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AllocatorSettings {
     /// `PYTORCH_CUDA_ALLOC_CONF` as it was.
     pub alloc_conf: Option<String>,
@@ -244,7 +370,7 @@ pub struct AllocatorSettings {
 }
 
 /// How the file was laid out, for reporting which PyTorch generation wrote it.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SnapshotFormat {
     /// `dict` (PyTorch 2.x) or `segments list` (the oldest, `torch.cuda.memory_snapshot()`).
     pub layout: String,
@@ -257,7 +383,7 @@ pub struct SnapshotFormat {
 }
 
 /// A loaded `torch.cuda.memory._dump_snapshot` file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     pub segments: Vec<Segment>,
     /// One trace per device, indexed by device number.

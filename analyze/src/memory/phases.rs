@@ -16,11 +16,8 @@
 
 use serde::Serialize;
 
-use super::{Frame, Frames, Snapshot, StackId, TraceEntry};
-
-/// The `filename` of the phase frames `collect` records (`forward`, `backward`, `optimizer`,
-/// `step_N`), beside its module frames (`collect/module`, `layers.3.attn.scores`).
-pub const COLLECT_PHASE_FILE: &str = "collect/phase";
+use super::{Frame, Frames, Snapshot, StackId, Stage, TraceEntry};
+use crate::formats::torch_snapshot::PHASE_FRAME_FILE;
 
 /// Part of a training step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -44,7 +41,7 @@ impl Phase {
 /// What one frame says about the phase.
 fn frame_phase(f: &Frame) -> Option<Phase> {
     // `collect`'s snapshots name the phase in a frame of their own.
-    if f.filename == COLLECT_PHASE_FILE {
+    if f.filename == PHASE_FRAME_FILE {
         return match f.name.as_str() {
             "forward" => Some(Phase::Forward),
             "backward" => Some(Phase::Backward),
@@ -201,21 +198,19 @@ pub fn annotated_phases(snap: &Snapshot, device: i64) -> Vec<AnnotatedPhase> {
         let (Some(phase), Some(t)) = (annotation_phase(&a.name), a.time_us) else {
             continue;
         };
-        match a.stage.as_str() {
-            "START" => open.push((phase, a.name.as_str(), t)),
-            "END" => {
-                if let Some(i) = open.iter().rposition(|(_, n, _)| *n == a.name) {
-                    let (phase, _, start) = open.remove(i);
-                    if t >= start {
-                        out.push(AnnotatedPhase {
-                            phase,
-                            start_us: start,
-                            end_us: t,
-                        });
-                    }
+        if a.stage == Stage::Start.as_str() {
+            open.push((phase, a.name.as_str(), t));
+        } else if a.stage == Stage::End.as_str() {
+            if let Some(i) = open.iter().rposition(|(_, n, _)| *n == a.name) {
+                let (phase, _, start) = open.remove(i);
+                if t >= start {
+                    out.push(AnnotatedPhase {
+                        phase,
+                        start_us: start,
+                        end_us: t,
+                    });
                 }
             }
-            _ => {}
         }
     }
     out.sort_by_key(|p| p.start_us);

@@ -438,6 +438,7 @@ mod tests {
                 stream: 0,
                 kind: SegmentKind::Large,
                 is_expandable: false,
+                stack: StackId::EMPTY,
                 blocks: vec![
                     Block {
                         address: base,

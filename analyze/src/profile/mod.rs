@@ -21,6 +21,7 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::formats::run_metadata::keys;
 use crate::kernel_class::{Classifier, KernelClass};
 use crate::kernel_label::{display_name, truncate};
 use crate::model::{Nanos, StrId, Trace};
@@ -355,10 +356,10 @@ fn head_dim_from_run(trace: &Trace) -> Option<u32> {
     let run = &trace.source.run;
     let int = |k: &str| run.get(k).and_then(|v| v.trim().parse::<u32>().ok());
     int("head_dim").or_else(|| {
-        let d = int("d_model")?;
+        let d = int(keys::D_MODEL)?;
         let h = int("num_heads")
             .or_else(|| int("n_heads"))
-            .or_else(|| int("heads"))?;
+            .or_else(|| int(keys::HEADS))?;
         (h > 0 && d % h == 0).then_some(d / h)
     })
 }

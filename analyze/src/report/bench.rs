@@ -4,7 +4,8 @@
 //! configuration reads `OOM`.
 //!
 //! [`looks_like_bench`] tells such a file from a Kineto trace (both are JSON objects); [`parse`]
-//! reads it. Nothing here touches the file system.
+//! reads it ([`crate::formats::bench_results`] defines the file) into the rows the report shows.
+//! Nothing here touches the file system.
 
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::formats::bench_results;
 use crate::memory::summary::RunName;
 
 /// One configuration of a bench file.
@@ -55,47 +57,9 @@ pub fn looks_like_bench(bytes: &[u8]) -> bool {
         .is_ok_and(|p| p.results.is_some() && p.trace_events.is_none())
 }
 
-#[derive(Deserialize)]
-struct File {
-    device: Option<Device>,
-    results: Vec<Row>,
-}
-
-#[derive(Deserialize)]
-struct Device {
-    name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Timing {
-    mean_ms: Option<f64>,
-    std_ms: Option<f64>,
-    median_ms: Option<f64>,
-}
-
-#[derive(Deserialize)]
-struct Memory {
-    peak_bytes: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct Row {
-    size: Option<String>,
-    ctx: Option<u32>,
-    batch: Option<u32>,
-    mode: Option<String>,
-    precision: Option<String>,
-    status: Option<String>,
-    oom: Option<String>,
-    host: Option<Timing>,
-    host_step_ms: Option<Vec<f64>>,
-    tokens_per_s: Option<f64>,
-    memory: Option<Memory>,
-}
-
 /// Read a bench results file; `path` names it in errors.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<BenchResults> {
-    let file: File = serde_json::from_slice(bytes).map_err(|e| Error::Malformed {
+    let file = bench_results::from_json(bytes).map_err(|e| Error::Malformed {
         path: path.to_owned(),
         message: format!("not a `collect bench` results file: {e}"),
     })?;

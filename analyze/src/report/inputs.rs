@@ -1,5 +1,5 @@
 //! Finding and reading a report's inputs: files named on the command line and every file under
-//! the folders named there, each recognised by its content ([`crate::ingest::detect`]), never by
+//! the folders named there, each recognised by its content ([`crate::formats::detect`]), never by
 //! its name.
 //!
 //! A file named directly must be readable and of a supported kind, or the report fails with the
@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::ingest::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
+use crate::formats::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
 use crate::kernel_class::Classifier;
 use crate::memory::categories::Rules;
 use crate::memory::charts::timeline_chart;
@@ -84,7 +84,7 @@ fn candidates(paths: &[PathBuf]) -> Result<Vec<Candidate>> {
                     .map(|path| Candidate { path, named: false }),
             );
         } else {
-            ingest::check_file(p)?;
+            formats::check_file(p)?;
             out.push(Candidate {
                 path: p.clone(),
                 named: true,
@@ -140,12 +140,12 @@ fn trace_run(trace: Trace, labelled: Labelled, opts: &LoadOptions<'_>) -> Result
 fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
     let name = path.display().to_string();
     let label = user_label(&opts.labels, path);
-    let trace = match ingest::detect(path)? {
-        Kind::NsysSqlite => nsys_sqlite::load(path)?,
-        Kind::NsysSqliteGz => nsys_sqlite::load_gz(path)?,
-        Kind::NsysRep => nsys_sqlite::load(&nsys_rep::sqlite_for(path)?)?,
+    let trace = match formats::detect(path)? {
+        Kind::NsysSqlite => nsys_sqlite::read::load(path)?,
+        Kind::NsysSqliteGz => nsys_sqlite::read::load_gz(path)?,
+        Kind::NsysRep => nsys_sqlite::read::load(&nsys_rep::sqlite_for(path)?)?,
         Kind::Kineto => {
-            let bytes = ingest::read_maybe_gzip(path)?;
+            let bytes = formats::read_maybe_gzip(path)?;
             if looks_like_bench(&bytes) {
                 let results = parse_bench(path, &bytes)?;
                 let labelled = label_run(&name, None, label);
@@ -158,7 +158,7 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             kineto::parse(path, &bytes)?
         }
         Kind::TorchSnapshot => {
-            let snap = torch_snapshot::load(path)?;
+            let snap = torch_snapshot::read::load(path)?;
             let labelled = label_run(&name, None, label);
             let mopts = MemoryOptions {
                 top: opts.memory_top,

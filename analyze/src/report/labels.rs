@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::formats::run_metadata::keys;
 use crate::memory::summary::{mode_word, parse_run_name, precision_word, run_stem, RunName};
 
 /// Where a run's label came from.
@@ -93,30 +94,31 @@ fn normalise_mode(v: &str) -> String {
 
 /// The fields `collect`'s run metadata names.
 pub fn run_from_metadata(meta: &BTreeMap<String, String>) -> RunName {
-    let text = |keys: &[&str]| {
-        keys.iter()
+    let text = |names: &[&str]| {
+        names
+            .iter()
             .find_map(|k| meta.get(*k))
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
-    let int = |keys: &[&str]| text(keys).and_then(|v| v.parse::<u32>().ok());
+    let int = |names: &[&str]| text(names).and_then(|v| v.parse::<u32>().ok());
     RunName {
-        model: text(&["model", "size"]).map(|m| m.to_ascii_lowercase()),
-        ctx: int(&["ctx", "context_length", "seq_len"]),
-        mode: text(&["mode"]).map(|m| normalise_mode(&m)),
-        precision: text(&["precision", "dtype"]).map(|p| {
+        model: text(&[keys::MODEL, "size"]).map(|m| m.to_ascii_lowercase()),
+        ctx: int(&[keys::CTX, "context_length", "seq_len"]),
+        mode: text(&[keys::MODE]).map(|m| normalise_mode(&m)),
+        precision: text(&[keys::PRECISION, "dtype"]).map(|p| {
             let lower = p.to_ascii_lowercase();
             precision_word(&lower).map_or(lower.clone(), str::to_owned)
         }),
-        batch: int(&["batch", "batch_size"]),
+        batch: int(&[keys::BATCH, "batch_size"]),
     }
 }
 
 fn head_dim_from_metadata(meta: &BTreeMap<String, String>) -> Option<u32> {
     let int = |k: &str| meta.get(k).and_then(|v| v.trim().parse::<u32>().ok());
     int("head_dim").or_else(|| {
-        let d = int("d_model")?;
-        let h = int("heads")
+        let d = int(keys::D_MODEL)?;
+        let h = int(keys::HEADS)
             .or_else(|| int("num_heads"))
             .or_else(|| int("n_heads"))?;
         (h > 0 && d % h == 0).then_some(d / h)

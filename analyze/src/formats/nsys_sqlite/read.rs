@@ -8,8 +8,8 @@
 //! `StringIds`); both occur in one file, and where a row has both the interned one wins, as in
 //! nsys's reports. Domain names come from the domain-create events of the same process. A range
 //! still open when the capture ended (no `end`) goes to [`Trace::open_ranges`], ending at the
-//! export's last range timestamp, the end nsys's reports give it. `collect`'s own traces use this
-//! schema plus a `RUN_METADATA (name, value)` table.
+//! export's last range timestamp, the end nsys's reports give it. `collect`'s own traces
+//! ([`super::write`]) use this schema plus a `RUN_METADATA (name, value)` table.
 //!
 //! Rows are first read as they are stored (string ids unresolved) and then turned into the model
 //! in one pass; the kernel table, the largest, is read on a second connection in parallel.
@@ -20,44 +20,34 @@ use std::path::Path;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, Row};
 
+use super::column::*;
+use super::event_type::*;
+use super::metadata::{EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION};
+use super::table::*;
+use super::{copy_kind, split_global_tid};
 use crate::error::{Error, Result};
 use crate::model::{
-    split_global_tid, ApiCall, ApiKind, Bytes, Gpu, Kernel, Mark, MemOp, MemOpKind, Nanos, Range,
-    RangeStyle, Source, SourceFormat, StrId, Strings, Trace,
+    ApiCall, ApiKind, Bytes, Gpu, Kernel, Mark, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
+    SourceFormat, StrId, Strings, Trace,
 };
 
 /// Tables whose presence marks a file as an nsys export.
 const NSYS_TABLES: &[&str] = &[
-    "StringIds",
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
-    "NVTX_EVENTS",
-    "TARGET_INFO_GPU",
-    "META_DATA_EXPORT",
-    "EXPORT_META_DATA",
+    STRING_IDS,
+    KERNEL,
+    RUNTIME,
+    NVTX_EVENTS,
+    TARGET_INFO_GPU,
+    META_DATA_EXPORT,
+    EXPORT_META_DATA,
 ];
 
 /// The tables the analyses read; absent ones are listed in [`Source::missing`].
-pub const ANALYSED_TABLES: &[&str] = &[
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
-    "NVTX_EVENTS",
-    "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET",
-];
-
-/// NVTX event types (`ENUM_NSYS_EVENT_TYPE`).
-const NVTX_MARK: i64 = 34;
-const NVTX_PUSH_POP: i64 = 59;
-const NVTX_START_END: i64 = 60;
-const NVTXT_MARK: i64 = 65;
-const NVTXT_PUSH_POP: i64 = 70;
-const NVTXT_START_END: i64 = 71;
-const NVTX_DOMAIN_CREATE: i64 = 75;
+pub const ANALYSED_TABLES: &[&str] = &[KERNEL, RUNTIME, NVTX_EVENTS, MEMCPY, MEMSET];
 
 /// Open an export read-only: SQLite never writes to it, not even a journal.
 pub fn open(path: &Path) -> Result<Connection> {
-    crate::ingest::check_file(path)?;
+    crate::formats::check_file(path)?;
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -89,7 +79,7 @@ pub fn load(path: &Path) -> Result<Trace> {
 /// Load a gzip-compressed export: it is unpacked into a temporary file (SQLite needs a file),
 /// read, and the temporary file removed.
 pub fn load_gz(path: &Path) -> Result<Trace> {
-    let mut input = crate::ingest::open_maybe_gzip(path)?;
+    let mut input = crate::formats::open_maybe_gzip(path)?;
     let tmp = TempFile::new()?;
     let mut out = tmp.create()?;
     std::io::copy(&mut input, &mut out).map_err(|e| Error::Malformed {
@@ -159,7 +149,7 @@ fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
     // The kernel table is read on its own connection while this one reads the rest.
     let (kernels, rest) = std::thread::scope(|s| {
         let kernels = s.spawn(|| -> rusqlite::Result<RawKernels> {
-            if !schema.has("CUPTI_ACTIVITY_KIND_KERNEL") {
+            if !schema.has(KERNEL) {
                 return Ok(RawKernels::default());
             }
             let conn = Connection::open_with_flags(
@@ -194,11 +184,7 @@ impl Schema {
             .query_map([], |r| r.get::<_, String>(0))?
             .collect::<rusqlite::Result<_>>()?;
         let mut columns = HashMap::new();
-        for t in [
-            "CUPTI_ACTIVITY_KIND_KERNEL",
-            "NVTX_EVENTS",
-            "TARGET_INFO_GPU",
-        ] {
+        for t in [KERNEL, NVTX_EVENTS, TARGET_INFO_GPU] {
             if tables.contains(t) {
                 let mut stmt = conn.prepare(&format!("PRAGMA table_info(\"{t}\")"))?;
                 let cols = stmt
@@ -330,14 +316,14 @@ fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
 }
 
 fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKernels> {
-    const T: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
     let sql = format!(
-        "SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, \
-         shortName, {}, gridX, gridY, gridZ, blockX, blockY, blockZ, {}, {}, {} FROM {T}",
-        schema.opt(T, "mangledName"),
-        schema.opt(T, "registersPerThread"),
-        schema.opt(T, "staticSharedMemory"),
-        schema.opt(T, "dynamicSharedMemory"),
+        "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
+         {DEMANGLED_NAME}, {SHORT_NAME}, {}, {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, \
+         {BLOCK_Z}, {}, {}, {} FROM {KERNEL}",
+        schema.opt(KERNEL, MANGLED_NAME),
+        schema.opt(KERNEL, REGISTERS_PER_THREAD),
+        schema.opt(KERNEL, STATIC_SHARED_MEMORY),
+        schema.opt(KERNEL, DYNAMIC_SHARED_MEMORY),
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
@@ -369,8 +355,8 @@ fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKerne
 }
 
 fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
-    let string_ids = if schema.has("StringIds") {
-        let mut stmt = conn.prepare("SELECT id, value FROM StringIds")?;
+    let string_ids = if schema.has(STRING_IDS) {
+        let mut stmt = conn.prepare(&format!("SELECT {ID}, {VALUE} FROM {STRING_IDS}"))?;
         let rows = stmt.query_map([], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
         })?;
@@ -380,15 +366,15 @@ fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
         Vec::new()
     };
     let mut names = Names::new(string_ids);
-    let metadata = if schema.has("META_DATA_EXPORT") {
-        key_values(conn, "META_DATA_EXPORT")?
-    } else if schema.has("EXPORT_META_DATA") {
-        key_values(conn, "EXPORT_META_DATA")?
+    let metadata = if schema.has(META_DATA_EXPORT) {
+        key_values(conn, META_DATA_EXPORT)?
+    } else if schema.has(EXPORT_META_DATA) {
+        key_values(conn, EXPORT_META_DATA)?
     } else {
         BTreeMap::new()
     };
-    let run = if schema.has("RUN_METADATA") {
-        key_values(conn, "RUN_METADATA")?
+    let run = if schema.has(RUN_METADATA) {
+        key_values(conn, RUN_METADATA)?
     } else {
         BTreeMap::new()
     };
@@ -406,7 +392,7 @@ fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
 }
 
 fn key_values(conn: &Connection, table: &str) -> rusqlite::Result<BTreeMap<String, String>> {
-    let mut stmt = conn.prepare(&format!("SELECT name, value FROM \"{table}\""))?;
+    let mut stmt = conn.prepare(&format!("SELECT {NAME}, {VALUE} FROM \"{table}\""))?;
     let rows = stmt.query_map([], |r| {
         Ok((
             value_to_string(r.get_ref(0)?),
@@ -422,11 +408,13 @@ fn read_api(
     names: &mut Names,
 ) -> rusqlite::Result<Vec<ApiCall>> {
     let mut out = Vec::new();
-    for table in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
+    for table in [RUNTIME, DRIVER] {
         if !schema.has(table) {
             continue;
         }
-        let sql = format!("SELECT start, end, globalTid, correlationId, nameId FROM {table}");
+        let sql = format!(
+            "SELECT {START}, {END}, {GLOBAL_TID}, {CORRELATION_ID}, {NAME_ID} FROM {table}"
+        );
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
@@ -452,18 +440,17 @@ fn read_api(
 }
 
 fn read_nvtx(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<RawNvtx>> {
-    const T: &str = "NVTX_EVENTS";
-    if !schema.has(T) {
+    if !schema.has(NVTX_EVENTS) {
         return Ok(Vec::new());
     }
     let sql = format!(
-        "SELECT start, end, eventType, {}, {}, globalTid, {}, {} FROM {T} \
-         WHERE eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END}, {NVTXT_MARK}, \
-         {NVTXT_PUSH_POP}, {NVTXT_START_END}, {NVTX_DOMAIN_CREATE})",
-        schema.opt(T, "text"),
-        schema.opt(T, "textId"),
-        schema.opt(T, "endGlobalTid"),
-        schema.opt(T, "domainId"),
+        "SELECT {START}, {END}, {EVENT_TYPE}, {}, {}, {GLOBAL_TID}, {}, {} FROM {NVTX_EVENTS} \
+         WHERE {EVENT_TYPE} IN ({NVTX_MARK}, {NVTX_PUSH_POP_RANGE}, {NVTX_START_END_RANGE}, \
+         {NVTXT_MARK}, {NVTXT_PUSH_POP_RANGE}, {NVTXT_START_END_RANGE}, {NVTX_DOMAIN_CREATE})",
+        schema.opt(NVTX_EVENTS, TEXT),
+        schema.opt(NVTX_EVENTS, TEXT_ID),
+        schema.opt(NVTX_EVENTS, END_GLOBAL_TID),
+        schema.opt(NVTX_EVENTS, DOMAIN_ID),
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
@@ -489,22 +476,19 @@ fn read_nvtx(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<RawNvtx
 
 fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemOp>> {
     let mut out = Vec::new();
-    for (table, kind_col) in [
-        ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
-        ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),
-    ] {
+    for (table, kind_col) in [(MEMCPY, COPY_KIND), (MEMSET, "NULL")] {
         if !schema.has(table) {
             continue;
         }
         let sql = format!(
-            "SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {kind_col} \
-             FROM {table}"
+            "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
+             {BYTES}, {kind_col} FROM {table}"
         );
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map([], |r| {
             let kind = match r.get::<_, Option<i64>>(7)? {
                 None => MemOpKind::Memset,
-                Some(k) => copy_kind(k),
+                Some(k) => mem_op_kind(k),
             };
             Ok(MemOp {
                 start: Nanos(int(r, 0)?),
@@ -525,18 +509,18 @@ fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemO
 }
 
 fn read_gpus(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<Gpu>> {
-    const T: &str = "TARGET_INFO_GPU";
+    const T: &str = TARGET_INFO_GPU;
     if !schema.has(T) {
         return Ok(Vec::new());
     }
     let sql = format!(
         "SELECT {}, {}, {}, {}, {}, {} FROM {T}",
-        schema.pick(T, &["id", "deviceId"]),
-        schema.pick(T, &["name"]),
-        schema.pick(T, &["totalMemory"]),
-        schema.pick(T, &["smCount"]),
-        schema.pick(T, &["computeMajor"]),
-        schema.pick(T, &["computeMinor"]),
+        schema.pick(T, &[ID, DEVICE_ID]),
+        schema.pick(T, &[NAME]),
+        schema.pick(T, &[TOTAL_MEMORY]),
+        schema.pick(T, &[SM_COUNT]),
+        schema.pick(T, &[COMPUTE_MAJOR]),
+        schema.pick(T, &[COMPUTE_MINOR]),
     );
     let mut stmt = conn.prepare(&sql)?;
     let gpus = stmt.query_map([], |r| {
@@ -554,10 +538,12 @@ fn read_gpus(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<Gpu>> {
 }
 
 fn read_thread_names(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<(i64, i64)>> {
-    if !schema.has("ThreadNames") {
+    if !schema.has(THREAD_NAMES) {
         return Ok(Vec::new());
     }
-    let mut stmt = conn.prepare("SELECT nameId, globalTid FROM ThreadNames")?;
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {NAME_ID}, {GLOBAL_TID} FROM {THREAD_NAMES}"
+    ))?;
     let rows = stmt.query_map([], |r| Ok((int(r, 0)?, int(r, 1)?)))?;
     rows.collect()
 }
@@ -572,13 +558,13 @@ fn value_to_string(v: ValueRef<'_>) -> String {
 }
 
 /// `ENUM_CUDA_MEMCPY_OPER`.
-fn copy_kind(k: i64) -> MemOpKind {
+fn mem_op_kind(k: i64) -> MemOpKind {
     match k {
-        1 => MemOpKind::HostToDevice,
-        2 => MemOpKind::DeviceToHost,
-        8 => MemOpKind::DeviceToDevice,
-        9 => MemOpKind::HostToHost,
-        10 => MemOpKind::PeerToPeer,
+        copy_kind::HOST_TO_DEVICE => MemOpKind::HostToDevice,
+        copy_kind::DEVICE_TO_HOST => MemOpKind::DeviceToHost,
+        copy_kind::DEVICE_TO_DEVICE => MemOpKind::DeviceToDevice,
+        copy_kind::HOST_TO_HOST => MemOpKind::HostToHost,
+        copy_kind::PEER_TO_PEER => MemOpKind::PeerToPeer,
         other => MemOpKind::OtherCopy(other.clamp(0, 255) as u8),
     }
 }
@@ -674,8 +660,8 @@ fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Tr
     let source = Source {
         path: path.to_owned(),
         format: SourceFormat::NsysSqlite,
-        schema_version: metadata.get("EXPORT_SCHEMA_VERSION").cloned(),
-        product_version: metadata.get("EXPORT_PRODUCT_VERSION").cloned(),
+        schema_version: metadata.get(EXPORT_SCHEMA_VERSION).cloned(),
+        product_version: metadata.get(EXPORT_PRODUCT_VERSION).cloned(),
         metadata,
         run: rest.run,
         missing,
@@ -722,7 +708,10 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Range>, Vec<Ma
     let is_range = |t: i64| {
         matches!(
             t,
-            NVTX_PUSH_POP | NVTX_START_END | NVTXT_PUSH_POP | NVTXT_START_END
+            NVTX_PUSH_POP_RANGE
+                | NVTX_START_END_RANGE
+                | NVTXT_PUSH_POP_RANGE
+                | NVTXT_START_END_RANGE
         )
     };
     // Where a range never ended, nsys's reports end it at the last range timestamp.
@@ -744,8 +733,8 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Range>, Vec<Ma
             domains.get(&(pid, r.domain)).map(|d| d.1)
         };
         let style = match r.event_type {
-            NVTX_PUSH_POP | NVTXT_PUSH_POP => RangeStyle::PushPop,
-            NVTX_START_END | NVTXT_START_END => RangeStyle::StartEnd,
+            NVTX_PUSH_POP_RANGE | NVTXT_PUSH_POP_RANGE => RangeStyle::PushPop,
+            NVTX_START_END_RANGE | NVTXT_START_END_RANGE => RangeStyle::StartEnd,
             NVTX_MARK | NVTXT_MARK => {
                 marks.push(Mark {
                     time: Nanos(r.start),

@@ -1,40 +1,41 @@
-//! GPU traces as SQLite in the Nsight Systems export schema (3.20.3, nsys 2025.3), so that
-//! `nsys stats` reports on them and `analyze` reads them exactly like an nsys capture.
+//! GPU traces written as SQLite in the Nsight Systems export schema ([`super::SCHEMA_SQL`],
+//! 3.20.3, nsys 2025.3), so that `nsys stats` reports on them and [`super::read`] reads them
+//! exactly like an nsys capture. `collect` fills [`TraceRecords`] from CUPTI; tests fill them by
+//! hand. Nothing here touches a device.
 //!
-//! The file gets every table of a real export (`collect/schema/nsys_export_3.20.3.sql`, the
-//! `CREATE TABLE` statements copied from one, with the `ENUM_*` rows the stats scripts join) and
-//! fills those a CUPTI trace has data for: `StringIds`, `CUPTI_ACTIVITY_KIND_KERNEL`,
-//! `CUPTI_ACTIVITY_KIND_RUNTIME` (runtime and driver API calls, told apart by `eventClass` as
-//! nsys does), `NVTX_EVENTS` (push/pop ranges, text inline), `CUPTI_ACTIVITY_KIND_MEMCPY`,
-//! `CUPTI_ACTIVITY_KIND_MEMSET`, `TARGET_INFO_GPU`, `TARGET_INFO_CUDA_DEVICE`,
-//! `TARGET_INFO_CUDA_STREAM`, `PROCESSES`, `ThreadNames`, `ANALYSIS_DETAILS` and
-//! `META_DATA_EXPORT`. The version rows of `META_DATA_EXPORT` are those of the export the schema
-//! came from, because `nsys stats` checks them; `EXPORT_WRITER` says that `collect` wrote the
-//! file. A `RUN_METADATA (name, value)` table carries the run's configuration and step times.
+//! The file gets every table of a real export (the `CREATE TABLE` statements copied from one,
+//! with the `ENUM_*` rows the stats scripts join) and fills those a CUPTI trace has data for:
+//! `StringIds`, `CUPTI_ACTIVITY_KIND_KERNEL`, `CUPTI_ACTIVITY_KIND_RUNTIME` (runtime and driver
+//! API calls, told apart by `eventClass` as nsys does), `NVTX_EVENTS` (push/pop ranges, text
+//! inline), `CUPTI_ACTIVITY_KIND_MEMCPY`, `CUPTI_ACTIVITY_KIND_MEMSET`, `TARGET_INFO_GPU`,
+//! `TARGET_INFO_CUDA_DEVICE`, `TARGET_INFO_CUDA_STREAM`, `PROCESSES`, `ThreadNames`,
+//! `ANALYSIS_DETAILS` and `META_DATA_EXPORT`. The version rows of `META_DATA_EXPORT` are those of
+//! the export the schema came from, because `nsys stats` checks them; `EXPORT_WRITER` says that
+//! `collect` wrote the file (the workspace gives both crates one version). A
+//! `RUN_METADATA (name, value)` table carries the run's configuration and step times.
 //!
-//! Identifiers follow nsys: `globalPid = (1 << 48) | pid << 24` (the 1 is nsys's local VM id)
-//! and `globalTid = globalPid | tid`. Times are written as given (nanoseconds, one clock for
-//! every record). The file is written to a temporary file beside the target and renamed into
-//! place, so a reader never sees half a trace. Records come from [`crate::cupti`] on the GPU or
-//! from tests; nothing here touches a device.
+//! Identifiers follow nsys ([`super::global_pid`], [`super::global_tid`]). Times are written as
+//! given (nanoseconds, one clock for every record). The file is written to a temporary file
+//! beside the target and renamed into place, so a reader never sees half a trace.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rusqlite::{params, Connection};
 
-use crate::run_metadata::RunMetadata;
-
-/// The export schema, embedded.
-pub const SCHEMA_SQL: &str = include_str!("../schema/nsys_export_3.20.3.sql");
+use super::column::*;
+use super::table::*;
+use super::{event_class, event_type, global_pid, global_tid, metadata, LOCAL_VM, SCHEMA_SQL};
+use crate::error::{Error, Result};
+use crate::formats::run_metadata::RunMetadata;
 
 /// `META_DATA_EXPORT` rows that identify the schema version (from the export it came from).
 const EXPORT_VERSION_ROWS: &[(&str, &str)] = &[
     ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
-    ("EXPORT_PRODUCT_VERSION", "2025.3.2.0"),
+    (metadata::EXPORT_PRODUCT_VERSION, "2025.3.2.0"),
     ("EXPORT_PRODUCT_DATE", "2025.3"),
-    ("EXPORT_SCHEMA_VERSION", "3.20.3"),
+    (metadata::EXPORT_SCHEMA_VERSION, "3.20.3"),
     ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
     ("EXPORT_SCHEMA_VERSION_MINOR", "20"),
     ("EXPORT_SCHEMA_VERSION_MICRO", "3"),
@@ -43,43 +44,8 @@ const EXPORT_VERSION_ROWS: &[(&str, &str)] = &[
     ("EXPORT_ARCH", "x64"),
 ];
 
-/// nsys's `ENUM_NSYS_EVENT_CLASS` ids for API calls.
-const EVENT_CLASS_RUNTIME: i64 = 0;
-const EVENT_CLASS_DRIVER: i64 = 1;
-/// `ENUM_NSYS_EVENT_TYPE`: NVTX push/pop range.
-const NVTX_PUSH_POP_RANGE: i64 = 59;
-/// The VM id nsys puts in the top bits of global ids for the local machine.
-const LOCAL_VM: i64 = 1 << 48;
-
-/// What can go wrong writing a trace.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceDbError {
-    #[error("{}: SQLite error: {source}", path.display())]
-    Sqlite {
-        path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// A name shared by many records.
 pub type Name = Arc<str>;
-
-/// nsys's `globalPid` for a process.
-pub fn global_pid(pid: u32) -> i64 {
-    LOCAL_VM | ((pid as i64 & 0xFF_FFFF) << 24)
-}
-
-/// nsys's `globalTid` for a thread.
-pub fn global_tid(pid: u32, tid: u32) -> i64 {
-    global_pid(pid) | (tid as i64 & 0xFF_FFFF)
-}
 
 /// A kernel execution (`CUPTI_ACTIVITY_KIND_KERNEL`).
 #[derive(Clone, Debug, PartialEq)]
@@ -157,9 +123,9 @@ pub struct MemcpyRecord {
     pub correlation_id: u32,
     pub pid: u32,
     pub bytes: u64,
-    /// `ENUM_CUDA_MEMCPY_OPER` (1: host to device, 2: device to host, 8: device to device).
+    /// `ENUM_CUDA_MEMCPY_OPER` ([`super::copy_kind`]).
     pub copy_kind: u8,
-    /// `ENUM_CUDA_MEM_KIND` (0: pageable, 1: pinned, 2: device, 7: unknown).
+    /// `ENUM_CUDA_MEM_KIND` ([`super::mem_kind`]).
     pub src_kind: u8,
     pub dst_kind: u8,
 }
@@ -242,86 +208,6 @@ impl TraceRecords {
     }
 }
 
-/// Ranges as the model opens and closes them, per thread: push/pop nest on each thread.
-#[derive(Clone, Debug, Default)]
-pub struct RangeRecorder {
-    pid: u32,
-    open: HashMap<u32, Vec<(Name, i64)>>,
-    done: Vec<RangeRecord>,
-    names: HashMap<String, Name>,
-}
-
-impl RangeRecorder {
-    pub fn new(pid: u32) -> RangeRecorder {
-        RangeRecorder {
-            pid,
-            ..RangeRecorder::default()
-        }
-    }
-
-    /// Open a range on thread `tid` at `time_ns`.
-    pub fn push(&mut self, name: &str, time_ns: i64, tid: u32) {
-        let name = match self.names.get(name) {
-            Some(n) => n.clone(),
-            None => {
-                let n: Name = Arc::from(name);
-                self.names.insert(name.to_owned(), n.clone());
-                n
-            }
-        };
-        self.open.entry(tid).or_default().push((name, time_ns));
-    }
-
-    /// Close the innermost open range of thread `tid` at `time_ns`; false when none is open.
-    pub fn pop(&mut self, time_ns: i64, tid: u32) -> bool {
-        let Some((name, start)) = self.open.get_mut(&tid).and_then(|s| s.pop()) else {
-            return false;
-        };
-        self.done.push(RangeRecord {
-            start,
-            end: Some(time_ns),
-            name,
-            pid: self.pid,
-            tid,
-        });
-        true
-    }
-
-    /// Every range, those still open with no end, sorted by start.
-    pub fn finish(mut self) -> Vec<RangeRecord> {
-        for (tid, stack) in self.open {
-            for (name, start) in stack {
-                self.done.push(RangeRecord {
-                    start,
-                    end: None,
-                    name,
-                    pid: self.pid,
-                    tid,
-                });
-            }
-        }
-        self.done.sort_by_key(|r| r.start);
-        self.done
-    }
-}
-
-/// The calling thread's system id (what `gettid` returns and CUPTI reports with
-/// `CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM`); the process id where it cannot be read.
-pub fn current_tid() -> u32 {
-    thread_local! {
-        static TID: u32 = read_tid();
-    }
-    TID.with(|t| *t)
-}
-
-fn read_tid() -> u32 {
-    // `/proc/thread-self` links to `<pid>/task/<tid>`.
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
-        .unwrap_or_else(std::process::id)
-}
-
 /// Interns strings into `StringIds`.
 #[derive(Default)]
 struct StringIds {
@@ -349,11 +235,11 @@ impl StringIds {
 }
 
 /// Write `records` to `path` as an nsys-schema SQLite file, atomically.
-pub fn write(path: &Path, records: &TraceRecords) -> Result<(), TraceDbError> {
-    let tmp = analyze::atomic_file::temp_path(path);
+pub fn to_file(path: &Path, records: &TraceRecords) -> Result<()> {
+    let tmp = crate::atomic_file::temp_path(path);
     let _ = std::fs::remove_file(&tmp);
     let result = write_db(&tmp, path, records).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|source| TraceDbError::Io {
+        std::fs::rename(&tmp, path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
         })
@@ -364,8 +250,8 @@ pub fn write(path: &Path, records: &TraceRecords) -> Result<(), TraceDbError> {
     result
 }
 
-fn write_db(tmp: &Path, path: &Path, r: &TraceRecords) -> Result<(), TraceDbError> {
-    let err = |source| TraceDbError::Sqlite {
+fn write_db(tmp: &Path, path: &Path, r: &TraceRecords) -> Result<()> {
+    let err = |source| Error::Sqlite {
         path: path.to_owned(),
         source,
     };
@@ -375,8 +261,10 @@ fn write_db(tmp: &Path, path: &Path, r: &TraceRecords) -> Result<(), TraceDbErro
         .map_err(err)?;
     let tx = conn.transaction().map_err(err)?;
     tx.execute_batch(SCHEMA_SQL).map_err(err)?;
-    tx.execute_batch("CREATE TABLE RUN_METADATA (name TEXT NOT NULL, value TEXT);")
-        .map_err(err)?;
+    tx.execute_batch(&format!(
+        "CREATE TABLE {RUN_METADATA} ({NAME} TEXT NOT NULL, {VALUE} TEXT);"
+    ))
+    .map_err(err)?;
     insert_all(&tx, r).map_err(err)?;
     tx.commit().map_err(err)?;
     conn.close().map_err(|(_, e)| err(e))?;
@@ -388,15 +276,16 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     let gpid = global_pid(r.process.pid);
 
     {
-        let mut st = tx.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, \
-             greenContextId, streamId, correlationId, globalPid, demangledName, shortName, \
-             mangledName, launchType, cacheConfig, registersPerThread, gridX, gridY, gridZ, \
-             blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, \
-             localMemoryPerThread, localMemoryTotal, gridId, sharedMemoryExecuted, graphNodeId, \
-             sharedMemoryLimitConfig) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
-             ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, NULL, ?26)",
-        )?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {KERNEL} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
+             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {DEMANGLED_NAME}, \
+             {SHORT_NAME}, {MANGLED_NAME}, {LAUNCH_TYPE}, {CACHE_CONFIG}, {REGISTERS_PER_THREAD}, \
+             {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, {BLOCK_Z}, \
+             {STATIC_SHARED_MEMORY}, {DYNAMIC_SHARED_MEMORY}, {LOCAL_MEMORY_PER_THREAD}, \
+             {LOCAL_MEMORY_TOTAL}, {GRID_ID}, {SHARED_MEMORY_EXECUTED}, {GRAPH_NODE_ID}, \
+             {SHARED_MEMORY_LIMIT_CONFIG}) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, \
+             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, NULL, ?26)"
+        ))?;
         for k in &r.kernels {
             let name = strings.id(&k.name);
             let short = strings.id(&k.short_name);
@@ -433,15 +322,15 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     }
 
     {
-        let mut st = tx.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, \
-             correlationId, nameId, returnValue, callchainId) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-        )?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {RUNTIME} ({START}, {END}, {EVENT_CLASS}, {GLOBAL_TID}, \
+             {CORRELATION_ID}, {NAME_ID}, {RETURN_VALUE}, {CALLCHAIN_ID}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"
+        ))?;
         for a in &r.api_calls {
             let class = match a.class {
-                ApiClass::Runtime => EVENT_CLASS_RUNTIME,
-                ApiClass::Driver => EVENT_CLASS_DRIVER,
+                ApiClass::Runtime => event_class::CUDA_RUNTIME,
+                ApiClass::Driver => event_class::CUDA_DRIVER,
             };
             st.execute(params![
                 a.start,
@@ -456,15 +345,15 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     }
 
     {
-        let mut st = tx.prepare(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) \
-             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-        )?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {NVTX_EVENTS} ({START}, {END}, {EVENT_TYPE}, {TEXT}, {GLOBAL_TID}, \
+             {DOMAIN_ID}) VALUES (?1, ?2, ?3, ?4, ?5, 0)"
+        ))?;
         for n in &r.ranges {
             st.execute(params![
                 n.start,
                 n.end,
-                NVTX_PUSH_POP_RANGE,
+                event_type::NVTX_PUSH_POP_RANGE,
                 &*n.name,
                 global_tid(n.pid, n.tid),
             ])?;
@@ -472,11 +361,12 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     }
 
     {
-        let mut st = tx.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, \
-             greenContextId, streamId, correlationId, globalPid, bytes, copyKind, srcKind, \
-             dstKind, copyCount) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1)",
-        )?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {MEMCPY} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
+             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {BYTES}, \
+             {COPY_KIND}, {SRC_KIND}, {DST_KIND}, {COPY_COUNT}) \
+             VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1)"
+        ))?;
         for m in &r.memcpys {
             st.execute(params![
                 m.start,
@@ -495,11 +385,11 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     }
 
     {
-        let mut st = tx.prepare(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, \
-             greenContextId, streamId, correlationId, globalPid, value, bytes, memKind) \
-             VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {MEMSET} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
+             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {VALUE}, {BYTES}, \
+             {MEM_KIND}) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10)"
+        ))?;
         for m in &r.memsets {
             st.execute(params![
                 m.start,
@@ -518,10 +408,12 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
 
     for g in &r.gpus {
         tx.execute(
-            "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, isDiscrete, l2CacheSize, \
-             totalMemory, clockRate, smCount, uuid, cuDevice, computeMajor, computeMinor, \
-             smMajor, smMinor) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?2, ?10, ?11, \
-             ?10, ?11)",
+            &format!(
+                "INSERT INTO {TARGET_INFO_GPU} ({VM_ID}, {ID}, {NAME}, {BUS_LOCATION}, \
+                 {IS_DISCRETE}, {L2_CACHE_SIZE}, {TOTAL_MEMORY}, {CLOCK_RATE}, {SM_COUNT}, \
+                 {UUID}, {CU_DEVICE}, {COMPUTE_MAJOR}, {COMPUTE_MINOR}, {SM_MAJOR}, {SM_MINOR}) \
+                 VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?2, ?10, ?11, ?10, ?11)"
+            ),
             params![
                 LOCAL_VM,
                 g.id,
@@ -537,7 +429,10 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
             ],
         )?;
         tx.execute(
-            "INSERT INTO TARGET_INFO_CUDA_DEVICE (gpuId, cudaId, pid) VALUES (?1, ?1, ?2)",
+            &format!(
+                "INSERT INTO {TARGET_INFO_CUDA_DEVICE} ({GPU_ID}, {CUDA_ID}, {PID}) \
+                 VALUES (?1, ?1, ?2)"
+            ),
             params![g.id, r.process.pid],
         )?;
     }
@@ -552,64 +447,80 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
         .collect();
     for (stream, context) in streams {
         tx.execute(
-            "INSERT INTO TARGET_INFO_CUDA_STREAM (streamId, hwId, vmId, processId, contextId, \
-             priority, flag) VALUES (?1, 0, 1, ?2, ?3, 0, 0)",
+            &format!(
+                "INSERT INTO {TARGET_INFO_CUDA_STREAM} ({STREAM_ID}, {HW_ID}, {VM_ID}, \
+                 {PROCESS_ID}, {CONTEXT_ID}, {PRIORITY}, {FLAG}) VALUES (?1, 0, 1, ?2, ?3, 0, 0)"
+            ),
             params![stream, r.process.pid, context],
         )?;
     }
 
     tx.execute(
-        "INSERT INTO PROCESSES (globalPid, pid, name) VALUES (?1, ?2, ?3)",
+        &format!("INSERT INTO {PROCESSES} ({GLOBAL_PID}, {PID}, {NAME}) VALUES (?1, ?2, ?3)"),
         params![gpid, r.process.pid, r.process.name],
     )?;
     for (tid, name) in &r.process.threads {
         let id = strings.id_str(name);
         tx.execute(
-            "INSERT INTO ThreadNames (nameId, priority, globalTid) VALUES (?1, NULL, ?2)",
+            &format!(
+                "INSERT INTO {THREAD_NAMES} ({NAME_ID}, {PRIORITY}, {GLOBAL_TID}) \
+                 VALUES (?1, NULL, ?2)"
+            ),
             params![id, global_tid(r.process.pid, *tid)],
         )?;
     }
 
     if let Some((start, stop)) = r.time_span() {
         tx.execute(
-            "INSERT INTO ANALYSIS_DETAILS (globalVid, duration, startTime, stopTime) \
-             VALUES (?1, ?2, ?3, ?4)",
+            &format!(
+                "INSERT INTO {ANALYSIS_DETAILS} ({GLOBAL_VID}, {DURATION}, {START_TIME}, \
+                 {STOP_TIME}) VALUES (?1, ?2, ?3, ?4)"
+            ),
             params![LOCAL_VM, stop - start, start, stop],
         )?;
     }
     if let Some(ns) = r.session_start_utc_ns {
         let utc = utc_time(ns);
         tx.execute(
-            "INSERT INTO TARGET_INFO_SESSION_START_TIME (utcEpochNs, utcTime, localTime) \
-             VALUES (?1, ?2, ?2)",
+            &format!(
+                "INSERT INTO {TARGET_INFO_SESSION_START_TIME} ({UTC_EPOCH_NS}, {UTC_TIME}, \
+                 {LOCAL_TIME}) VALUES (?1, ?2, ?2)"
+            ),
             params![ns, utc],
         )?;
     }
 
     {
-        let mut st = tx.prepare("INSERT INTO StringIds (id, value) VALUES (?1, ?2)")?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {STRING_IDS} ({ID}, {VALUE}) VALUES (?1, ?2)"
+        ))?;
         for (id, s) in strings.order.iter().enumerate() {
             st.execute(params![id as i64, &**s])?;
         }
     }
 
     {
-        let mut st = tx.prepare("INSERT INTO META_DATA_EXPORT (name, value) VALUES (?1, ?2)")?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {META_DATA_EXPORT} ({NAME}, {VALUE}) VALUES (?1, ?2)"
+        ))?;
         for (name, value) in EXPORT_VERSION_ROWS {
             st.execute(params![name, value])?;
         }
         st.execute(params![
-            "EXPORT_WRITER",
+            metadata::EXPORT_WRITER,
             concat!("collect ", env!("CARGO_PKG_VERSION"))
         ])?;
-        let mut capture =
-            tx.prepare("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?1, ?2)")?;
-        capture.execute(params!["CAPTURE_EVENT_TYPE", "NvtxEvents"])?;
-        capture.execute(params!["CAPTURE_EVENT_TYPE", "Cuda"])?;
+        let mut capture = tx.prepare(&format!(
+            "INSERT INTO {META_DATA_CAPTURE} ({NAME}, {VALUE}) VALUES (?1, ?2)"
+        ))?;
+        capture.execute(params![metadata::CAPTURE_EVENT_TYPE, "NvtxEvents"])?;
+        capture.execute(params![metadata::CAPTURE_EVENT_TYPE, "Cuda"])?;
     }
 
     {
-        let mut st = tx.prepare("INSERT INTO RUN_METADATA (name, value) VALUES (?1, ?2)")?;
+        let mut st = tx.prepare(&format!(
+            "INSERT INTO {RUN_METADATA} ({NAME}, {VALUE}) VALUES (?1, ?2)"
+        ))?;
         for (name, value) in r.run.entries() {
             st.execute(params![name, value])?;
         }
@@ -643,13 +554,7 @@ fn utc_time(ns: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn global_ids_match_nsys() {
-        // From torch_small_ctx128_train_fp32.sqlite: pid 549, its main thread 549.
-        assert_eq!(global_pid(549), 281_484_187_402_240);
-        assert_eq!(global_tid(549, 549), 281_484_187_402_789);
-    }
+    use crate::model::{ApiKind, MemOpKind};
 
     #[test]
     fn utc_time_formats_like_nsys() {
@@ -658,70 +563,130 @@ mod tests {
         assert_eq!(utc_time(0), "1970-01-01T00:00:00");
     }
 
+    /// One record of each kind, written and read back by [`super::super::read`].
     #[test]
-    fn ranges_nest_per_thread() {
-        let mut r = RangeRecorder::new(7);
-        r.push("step_0", 0, 1);
-        r.push("forward", 1, 1);
-        r.push("other", 2, 2);
-        assert!(r.pop(5, 1));
-        r.push("backward", 6, 1);
-        assert!(r.pop(9, 1));
-        assert!(r.pop(10, 1));
-        assert!(!r.pop(11, 1));
-        let done = r.finish();
-        let got: Vec<_> = done
-            .iter()
-            .map(|r| (&*r.name, r.start, r.end, r.tid))
-            .collect();
+    fn what_the_writer_writes_the_reader_reads() {
+        let name = |s: &str| -> Name { Arc::from(s) };
+        let mut run = RunMetadata::new();
+        run.set("model", "small").set("ctx", 128);
+        let records = TraceRecords {
+            process: ProcessInfo {
+                pid: 7,
+                name: "collect".into(),
+                threads: vec![(8, "collect".into())],
+            },
+            kernels: vec![KernelRecord {
+                start: 2_000,
+                end: 2_500,
+                device_id: 0,
+                context_id: 1,
+                stream_id: 7,
+                correlation_id: 3,
+                pid: 7,
+                name: name("void f<(int)4>(float *)"),
+                short_name: name("f"),
+                mangled_name: Some(name("_Z1fILi4EEvPf")),
+                grid: [80, 1, 1],
+                block: [128, 1, 1],
+                registers_per_thread: 40,
+                static_shared_memory: 512,
+                dynamic_shared_memory: 8192,
+                local_memory_per_thread: 0,
+                local_memory_total: 0,
+                grid_id: 1,
+                shared_memory_executed: 0,
+                launch_type: 1,
+                cache_config: 1,
+                shared_memory_limit_config: 0,
+            }],
+            api_calls: vec![ApiRecord {
+                start: 1_000,
+                end: 1_200,
+                pid: 7,
+                tid: 8,
+                correlation_id: 3,
+                name: name("cudaLaunchKernel_v7000"),
+                class: ApiClass::Runtime,
+                return_value: 0,
+            }],
+            ranges: vec![RangeRecord {
+                start: 900,
+                end: Some(3_000),
+                name: name("forward"),
+                pid: 7,
+                tid: 8,
+            }],
+            memcpys: vec![MemcpyRecord {
+                start: 3_100,
+                end: 3_200,
+                device_id: 0,
+                context_id: 1,
+                stream_id: 7,
+                correlation_id: 4,
+                pid: 7,
+                bytes: 4096,
+                copy_kind: 2,
+                src_kind: super::super::mem_kind::DEVICE,
+                dst_kind: super::super::mem_kind::PINNED,
+            }],
+            memsets: vec![MemsetRecord {
+                start: 3_300,
+                end: 3_400,
+                device_id: 0,
+                context_id: 1,
+                stream_id: 7,
+                correlation_id: 5,
+                pid: 7,
+                value: 0,
+                bytes: 512,
+                mem_kind: super::super::mem_kind::DEVICE,
+            }],
+            gpus: vec![GpuInfo {
+                id: 0,
+                name: "NVIDIA H200".into(),
+                sm_count: Some(132),
+                compute_major: Some(9),
+                compute_minor: Some(0),
+                ..GpuInfo::default()
+            }],
+            run,
+            session_start_utc_ns: Some(0),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sqlite");
+        to_file(&path, &records).unwrap();
+        let t = super::super::read::load(&path).unwrap();
+        assert_eq!(t.source.schema_version.as_deref(), Some("3.20.3"));
+        assert_eq!(t.source.run["model"], "small");
+        assert_eq!(t.source.run["ctx"], "128");
+        let k = &t.kernels[0];
         assert_eq!(
-            got,
-            [
-                ("step_0", 0, Some(10), 1),
-                ("forward", 1, Some(5), 1),
-                ("other", 2, None, 2),
-                ("backward", 6, Some(9), 1),
-            ]
+            (t.name(k.name), t.name(k.short_name)),
+            ("void f<(int)4>(float *)", "f")
         );
-    }
-
-    #[test]
-    fn current_tid_is_stable_per_thread() {
-        let main = current_tid();
-        assert_eq!(main, current_tid());
-        let other = std::thread::spawn(current_tid).join().unwrap();
-        assert_ne!(main, other);
-    }
-
-    #[test]
-    fn the_schema_creates_every_table_analyze_reads() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(SCHEMA_SQL).unwrap();
-        for t in [
-            "StringIds",
-            "CUPTI_ACTIVITY_KIND_KERNEL",
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-            "NVTX_EVENTS",
-            "CUPTI_ACTIVITY_KIND_MEMCPY",
-            "CUPTI_ACTIVITY_KIND_MEMSET",
-            "TARGET_INFO_GPU",
-            "META_DATA_EXPORT",
-            "ENUM_CUDA_MEMCPY_OPER",
-        ] {
-            let n: i64 = conn
-                .query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                    [t],
-                    |r| r.get(0),
-                )
-                .unwrap();
-            assert_eq!(n, 1, "{t}");
-        }
-        let labels: i64 = conn
-            .query_row("SELECT count(*) FROM ENUM_CUDA_MEMCPY_OPER", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        assert_eq!(labels, 14);
+        assert_eq!(k.mangled_name.map(|m| t.name(m)), Some("_Z1fILi4EEvPf"));
+        assert_eq!(
+            (k.start.0, k.end.0, k.correlation_id, k.pid),
+            (2_000, 2_500, 3, 7)
+        );
+        assert_eq!((k.grid, k.block), ([80, 1, 1], [128, 1, 1]));
+        let a = &t.api_calls[0];
+        assert_eq!(
+            (t.name(a.name), a.kind),
+            ("cudaLaunchKernel_v7000", ApiKind::Runtime)
+        );
+        assert_eq!((a.pid, a.tid), (7, 8));
+        let r = &t.ranges[0];
+        assert_eq!(
+            (t.name(r.name), r.start.0, r.end.0),
+            ("forward", 900, 3_000)
+        );
+        let ops: Vec<(MemOpKind, u64)> = t.mem_ops.iter().map(|m| (m.kind, m.bytes.0)).collect();
+        assert_eq!(
+            ops,
+            [(MemOpKind::DeviceToHost, 4096), (MemOpKind::Memset, 512)]
+        );
+        assert_eq!(t.gpus[0].compute_capability, Some((9, 0)));
+        assert_eq!(t.name(t.thread_names[&(7, 8)]), "collect");
     }
 }

@@ -17,6 +17,8 @@
 
 use std::collections::HashMap;
 
+use super::op;
+
 /// One pickled value. Containers and strings are handles into the [`Pickle`] arena.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
@@ -320,23 +322,23 @@ impl<'a> Reader<'a> {
 }
 
 /// Opcodes that import or call: refused, with the name a reader would see.
-fn code_opcode_name(op: u8) -> Option<&'static str> {
-    Some(match op {
-        b'c' => "GLOBAL",
-        0x93 => "STACK_GLOBAL",
-        b'R' => "REDUCE",
-        b'b' => "BUILD",
-        b'i' => "INST",
-        b'o' => "OBJ",
-        0x81 => "NEWOBJ",
-        0x92 => "NEWOBJ_EX",
-        0x82 => "EXT1",
-        0x83 => "EXT2",
-        0x84 => "EXT4",
-        b'P' => "PERSID",
-        b'Q' => "BINPERSID",
-        0x97 => "NEXT_BUFFER",
-        0x98 => "READONLY_BUFFER",
+fn code_opcode_name(code: u8) -> Option<&'static str> {
+    Some(match code {
+        op::GLOBAL => "GLOBAL",
+        op::STACK_GLOBAL => "STACK_GLOBAL",
+        op::REDUCE => "REDUCE",
+        op::BUILD => "BUILD",
+        op::INST => "INST",
+        op::OBJ => "OBJ",
+        op::NEWOBJ => "NEWOBJ",
+        op::NEWOBJ_EX => "NEWOBJ_EX",
+        op::EXT1 => "EXT1",
+        op::EXT2 => "EXT2",
+        op::EXT4 => "EXT4",
+        op::PERSID => "PERSID",
+        op::BINPERSID => "BINPERSID",
+        op::NEXT_BUFFER => "NEXT_BUFFER",
+        op::READONLY_BUFFER => "READONLY_BUFFER",
         _ => return None,
     })
 }
@@ -354,17 +356,17 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
 
     loop {
         let at = r.pos as u64;
-        let op = r.u8("an opcode (no STOP before the end)")?;
+        let code = r.u8("an opcode (no STOP before the end)")?;
         let malformed = |message: String| PickleError::Malformed {
             offset: at,
             message,
         };
         let underflow = || PickleError::Malformed {
             offset: at,
-            message: format!("opcode 0x{op:02x} needs a value but the stack is empty"),
+            message: format!("opcode 0x{code:02x} needs a value but the stack is empty"),
         };
-        match op {
-            0x80 => {
+        match code {
+            op::PROTO => {
                 let proto = r.u8("PROTO")?;
                 if proto > HIGHEST_PROTOCOL {
                     return Err(malformed(format!(
@@ -372,42 +374,42 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     )));
                 }
             }
-            0x95 => {
+            op::FRAME => {
                 // FRAME: a length hint only; the data follows inline.
                 r.le::<8>("FRAME")?;
             }
-            b'.' => {
+            op::STOP => {
                 let root = stack.pop().ok_or_else(underflow)?;
                 p.root = Some(root);
                 return Ok(p);
             }
-            b'(' => marks.push(stack.len()),
-            b'0' => {
+            op::MARK => marks.push(stack.len()),
+            op::POP => {
                 stack.pop().ok_or_else(underflow)?;
             }
-            b'1' => {
+            op::POP_MARK => {
                 let m = marks
                     .pop()
                     .ok_or_else(|| malformed("POP_MARK without MARK".into()))?;
                 stack.truncate(m);
             }
-            b'2' => {
+            op::DUP => {
                 let top = *stack.last().ok_or_else(underflow)?;
                 stack.push(top);
             }
-            b'N' => stack.push(Value::None),
-            0x88 => stack.push(Value::Bool(true)),
-            0x89 => stack.push(Value::Bool(false)),
-            b'J' => stack.push(Value::Int(i64::from(i32::from_le_bytes(r.le("BININT")?)))),
-            b'K' => stack.push(Value::Int(i64::from(r.u8("BININT1")?))),
-            b'M' => stack.push(Value::Int(i64::from(u16::from_le_bytes(r.le("BININT2")?)))),
-            0x8a => {
+            op::NONE => stack.push(Value::None),
+            op::NEWTRUE => stack.push(Value::Bool(true)),
+            op::NEWFALSE => stack.push(Value::Bool(false)),
+            op::BININT => stack.push(Value::Int(i64::from(i32::from_le_bytes(r.le("BININT")?)))),
+            op::BININT1 => stack.push(Value::Int(i64::from(r.u8("BININT1")?))),
+            op::BININT2 => stack.push(Value::Int(i64::from(u16::from_le_bytes(r.le("BININT2")?)))),
+            op::LONG1 => {
                 let n = r.u8("LONG1")?;
                 let b = r.len_prefixed(u64::from(n), "LONG1")?;
                 let v = long_value(&mut p, b).map_err(malformed)?;
                 stack.push(v);
             }
-            0x8b => {
+            op::LONG4 => {
                 let n = i32::from_le_bytes(r.le("LONG4")?);
                 if n < 0 {
                     return Err(malformed("LONG4 with a negative length".into()));
@@ -416,7 +418,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let v = long_value(&mut p, b).map_err(malformed)?;
                 stack.push(v);
             }
-            b'I' => {
+            op::INT => {
                 let line = r.line("INT")?;
                 let v = match line {
                     b"00" => Value::Bool(false),
@@ -427,7 +429,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 };
                 stack.push(v);
             }
-            b'L' => {
+            op::LONG => {
                 let line = r.line("LONG")?;
                 let digits = line.strip_suffix(b"L").unwrap_or(line);
                 let v = parse_text_int(digits).ok_or_else(|| {
@@ -438,7 +440,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 })?;
                 stack.push(Value::Int(v));
             }
-            b'F' => {
+            op::FLOAT => {
                 let line = r.line("FLOAT")?;
                 let v: f64 = std::str::from_utf8(line)
                     .ok()
@@ -448,27 +450,27 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     })?;
                 stack.push(Value::Float(v));
             }
-            b'G' => stack.push(Value::Float(f64::from_be_bytes(r.le("BINFLOAT")?))),
-            b'X' => {
+            op::BINFLOAT => stack.push(Value::Float(f64::from_be_bytes(r.le("BINFLOAT")?))),
+            op::BINUNICODE => {
                 let n = u32::from_le_bytes(r.le("BINUNICODE")?);
                 let b = r.len_prefixed(u64::from(n), "BINUNICODE")?;
                 stack.push(p.push_str(utf8(b)).map_err(malformed)?);
             }
-            0x8c => {
+            op::SHORT_BINUNICODE => {
                 let n = r.u8("SHORT_BINUNICODE")?;
                 let b = r.len_prefixed(u64::from(n), "SHORT_BINUNICODE")?;
                 stack.push(p.push_str(utf8(b)).map_err(malformed)?);
             }
-            0x8d => {
+            op::BINUNICODE8 => {
                 let n = u64::from_le_bytes(r.le("BINUNICODE8")?);
                 let b = r.len_prefixed(n, "BINUNICODE8")?;
                 stack.push(p.push_str(utf8(b)).map_err(malformed)?);
             }
-            b'V' => {
+            op::UNICODE => {
                 let line = r.line("UNICODE")?;
                 stack.push(p.push_str(raw_unicode_escape(line)).map_err(malformed)?);
             }
-            b'T' => {
+            op::BINSTRING => {
                 let n = i32::from_le_bytes(r.le("BINSTRING")?);
                 if n < 0 {
                     return Err(malformed("BINSTRING with a negative length".into()));
@@ -476,62 +478,64 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let b = r.len_prefixed(n as u64, "BINSTRING")?;
                 stack.push(p.push_str(utf8(b)).map_err(malformed)?);
             }
-            b'U' => {
+            op::SHORT_BINSTRING => {
                 let n = r.u8("SHORT_BINSTRING")?;
                 let b = r.len_prefixed(u64::from(n), "SHORT_BINSTRING")?;
                 stack.push(p.push_str(utf8(b)).map_err(malformed)?);
             }
-            b'S' => {
+            op::STRING => {
                 let line = r.line("STRING")?;
                 let s = python_string_literal(line)
                     .ok_or_else(|| malformed("STRING argument is not a quoted string".into()))?;
                 stack.push(p.push_str(s).map_err(malformed)?);
             }
-            b'B' => {
+            op::BINBYTES => {
                 let n = u32::from_le_bytes(r.le("BINBYTES")?);
                 let b = r.len_prefixed(u64::from(n), "BINBYTES")?;
                 stack.push(p.push_bytes(b).map_err(malformed)?);
             }
-            b'C' => {
+            op::SHORT_BINBYTES => {
                 let n = r.u8("SHORT_BINBYTES")?;
                 let b = r.len_prefixed(u64::from(n), "SHORT_BINBYTES")?;
                 stack.push(p.push_bytes(b).map_err(malformed)?);
             }
-            0x8e | 0x96 => {
+            op::BINBYTES8 | op::BYTEARRAY8 => {
                 let n = u64::from_le_bytes(r.le("BINBYTES8")?);
                 let b = r.len_prefixed(n, "BINBYTES8")?;
                 stack.push(p.push_bytes(b).map_err(malformed)?);
             }
-            b'}' => stack.push(Value::Dict(p.push_dict(Vec::new()).map_err(malformed)?)),
-            b']' => stack.push(Value::List(p.push_list(Vec::new()).map_err(malformed)?)),
-            b')' => stack.push(Value::Tuple(p.push_list(Vec::new()).map_err(malformed)?)),
-            0x8f => stack.push(Value::Set(p.push_list(Vec::new()).map_err(malformed)?)),
-            b'd' | b'l' | b't' | 0x91 => {
+            op::EMPTY_DICT => stack.push(Value::Dict(p.push_dict(Vec::new()).map_err(malformed)?)),
+            op::EMPTY_LIST => stack.push(Value::List(p.push_list(Vec::new()).map_err(malformed)?)),
+            op::EMPTY_TUPLE => {
+                stack.push(Value::Tuple(p.push_list(Vec::new()).map_err(malformed)?))
+            }
+            op::EMPTY_SET => stack.push(Value::Set(p.push_list(Vec::new()).map_err(malformed)?)),
+            op::DICT | op::LIST | op::TUPLE | op::FROZENSET => {
                 let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
                 let items = stack.split_off(m);
-                let v = match op {
-                    b'd' => {
+                let v = match code {
+                    op::DICT => {
                         if items.len() & 1 == 1 {
                             return Err(malformed("DICT with an odd number of items".into()));
                         }
                         let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
                         Value::Dict(p.push_dict(pairs).map_err(malformed)?)
                     }
-                    b'l' => Value::List(p.push_list(items).map_err(malformed)?),
-                    b't' => Value::Tuple(p.push_list(items).map_err(malformed)?),
+                    op::LIST => Value::List(p.push_list(items).map_err(malformed)?),
+                    op::TUPLE => Value::Tuple(p.push_list(items).map_err(malformed)?),
                     _ => Value::Set(p.push_list(items).map_err(malformed)?),
                 };
                 stack.push(v);
             }
-            0x85..=0x87 => {
-                let n = usize::from(op - 0x84);
+            op::TUPLE1..=op::TUPLE3 => {
+                let n = usize::from(code - op::TUPLE1) + 1;
                 if stack.len() < n {
                     return Err(underflow());
                 }
                 let items = stack.split_off(stack.len() - n);
                 stack.push(Value::Tuple(p.push_list(items).map_err(malformed)?));
             }
-            b'a' => {
+            op::APPEND => {
                 let item = stack.pop().ok_or_else(underflow)?;
                 let target = *stack.last().ok_or_else(underflow)?;
                 match target {
@@ -544,14 +548,14 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     }
                 }
             }
-            b'e' | 0x90 => {
+            op::APPENDS | op::ADDITEMS => {
                 let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
                 if m == 0 {
                     return Err(underflow());
                 }
                 let items = stack.split_off(m);
-                match (op, stack[m - 1]) {
-                    (b'e', Value::List(i)) | (0x90, Value::Set(i)) => {
+                match (code, stack[m - 1]) {
+                    (op::APPENDS, Value::List(i)) | (op::ADDITEMS, Value::Set(i)) => {
                         p.lists[i as usize].extend(items)
                     }
                     (_, other) => {
@@ -562,7 +566,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     }
                 }
             }
-            b's' => {
+            op::SETITEM => {
                 if stack.len() < 3 {
                     return Err(underflow());
                 }
@@ -578,7 +582,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     }
                 }
             }
-            b'u' => {
+            op::SETITEMS => {
                 let m = pop_mark(&mut marks, stack.len()).map_err(malformed)?;
                 if m == 0 {
                     return Err(underflow());
@@ -599,35 +603,35 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     }
                 }
             }
-            b'p' => {
+            op::PUT => {
                 let line = r.line("PUT")?;
                 let idx = parse_text_int(line)
                     .and_then(|i| u32::try_from(i).ok())
                     .ok_or_else(|| malformed("PUT with a bad memo index".into()))?;
                 memo.put(idx, *stack.last().ok_or_else(underflow)?);
             }
-            b'q' => {
+            op::BINPUT => {
                 let idx = u32::from(r.u8("BINPUT")?);
                 memo.put(idx, *stack.last().ok_or_else(underflow)?);
             }
-            b'r' => {
+            op::LONG_BINPUT => {
                 let idx = u32::from_le_bytes(r.le("LONG_BINPUT")?);
                 memo.put(idx, *stack.last().ok_or_else(underflow)?);
             }
-            0x94 => {
+            op::MEMOIZE => {
                 let idx =
                     u32::try_from(memo.len()).map_err(|_| malformed("memo is full".into()))?;
                 memo.put(idx, *stack.last().ok_or_else(underflow)?);
             }
-            b'g' | b'h' | b'j' => {
-                let idx = match op {
-                    b'g' => {
+            op::GET | op::BINGET | op::LONG_BINGET => {
+                let idx = match code {
+                    op::GET => {
                         let line = r.line("GET")?;
                         parse_text_int(line)
                             .and_then(|i| u32::try_from(i).ok())
                             .ok_or_else(|| malformed("GET with a bad memo index".into()))?
                     }
-                    b'h' => u32::from(r.u8("BINGET")?),
+                    op::BINGET => u32::from(r.u8("BINGET")?),
                     _ => u32::from_le_bytes(r.le("LONG_BINGET")?),
                 };
                 let v = memo
@@ -636,14 +640,14 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 stack.push(v);
             }
             _ => {
-                if let Some(opname) = code_opcode_name(op) {
-                    let name = match op {
-                        b'c' | b'i' => {
+                if let Some(opname) = code_opcode_name(code) {
+                    let name = match code {
+                        op::GLOBAL | op::INST => {
                             let module = r.line(opname)?;
                             let name = r.line(opname)?;
                             format!("{}.{}", lossy(module), lossy(name))
                         }
-                        0x93 => match (stack.len() >= 2)
+                        op::STACK_GLOBAL => match (stack.len() >= 2)
                             .then(|| (stack[stack.len() - 2], stack[stack.len() - 1]))
                         {
                             Some((m, n)) if p.str(m).is_some() && p.str(n).is_some() => format!(
@@ -653,14 +657,16 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                             ),
                             _ => "a global (STACK_GLOBAL)".to_owned(),
                         },
-                        b'R' | b'o' | 0x81 | 0x92 => format!("a function call ({opname})"),
-                        b'b' => "an object's __setstate__ (BUILD)".to_owned(),
+                        op::REDUCE | op::OBJ | op::NEWOBJ | op::NEWOBJ_EX => {
+                            format!("a function call ({opname})")
+                        }
+                        op::BUILD => "an object's __setstate__ (BUILD)".to_owned(),
                         _ => format!("an external object ({opname})"),
                     };
                     return Err(PickleError::Code { name, offset: at });
                 }
                 return Err(PickleError::UnknownOpcode {
-                    opcode: op,
+                    opcode: code,
                     offset: at,
                 });
             }

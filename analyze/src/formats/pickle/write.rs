@@ -7,39 +7,11 @@
 //! `MARK` ... `SETITEMS`/`APPENDS` in batches of 1000 as CPython does, and the stream is cut into
 //! `FRAME`s of about 64 KiB. It never writes a `GLOBAL`, `REDUCE` or any opcode that makes the
 //! reader run code. The caller drives the structure (`begin_dict`, `key`, ..., `end_dict`);
-//! nothing here knows about memory snapshots.
+//! nothing here knows about memory snapshots. [`super::read`] reads what this writes.
 
 use std::collections::HashMap;
 
-/// Opcodes (pickletools' names).
-mod op {
-    pub const PROTO: u8 = 0x80;
-    pub const FRAME: u8 = 0x95;
-    pub const STOP: u8 = b'.';
-    pub const MARK: u8 = b'(';
-    pub const NONE: u8 = b'N';
-    pub const NEWTRUE: u8 = 0x88;
-    pub const NEWFALSE: u8 = 0x89;
-    pub const BININT: u8 = b'J';
-    pub const BININT1: u8 = b'K';
-    pub const BININT2: u8 = b'M';
-    pub const LONG1: u8 = 0x8a;
-    pub const BINFLOAT: u8 = b'G';
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE: u8 = b'X';
-    pub const EMPTY_DICT: u8 = b'}';
-    pub const SETITEMS: u8 = b'u';
-    pub const EMPTY_LIST: u8 = b']';
-    pub const APPENDS: u8 = b'e';
-    pub const EMPTY_TUPLE: u8 = b')';
-    pub const TUPLE1: u8 = 0x85;
-    pub const TUPLE2: u8 = 0x86;
-    pub const TUPLE3: u8 = 0x87;
-    pub const TUPLE: u8 = b't';
-    pub const MEMOIZE: u8 = 0x94;
-    pub const BINGET: u8 = b'h';
-    pub const LONG_BINGET: u8 = b'j';
-}
+use super::op;
 
 /// CPython's frame size target (`pickle._FRAME_SIZE_TARGET`).
 const FRAME_TARGET: usize = 64 * 1024;

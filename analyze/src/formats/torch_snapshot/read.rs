@@ -1,6 +1,6 @@
 //! PyTorch CUDA memory snapshots: the pickles `torch.cuda.memory._dump_snapshot` writes (plain
-//! or gzip-compressed), read with the plain-data [`super::pickle`] reader into a
-//! [`Snapshot`].
+//! or gzip-compressed), and [`super::write`] writes for `collect`, read with the plain-data
+//! [`crate::formats::pickle`] reader into a [`Snapshot`].
 //!
 //! Layouts met so far:
 //! - PyTorch 2.0/2.1: a dict with `segments` and `device_traces`; trace entries without
@@ -19,8 +19,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::pickle::{self, Pickle, PickleError, Value};
+use super::key;
 use crate::error::{Error, Result};
+use crate::formats::pickle::read::{self as pickle, Pickle, PickleError, Value};
 use crate::memory::{
     Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
     SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
@@ -28,7 +29,7 @@ use crate::memory::{
 
 /// Read a snapshot file (plain pickle or gzip).
 pub fn load(path: &Path) -> Result<Snapshot> {
-    let data = super::read_maybe_gzip(path)?;
+    let data = crate::formats::read_maybe_gzip(path)?;
     from_bytes(path, &data)
 }
 
@@ -113,6 +114,9 @@ impl std::hash::Hasher for FxHasher {
 }
 
 type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
+/// How errors name the requested size of a PyTorch 2.0 block.
+const HISTORY_REAL_SIZE: &str = "history[0].real_size";
 
 /// Marks an empty slot of the by-handle caches.
 const NONE: u32 = u32::MAX;
@@ -252,7 +256,7 @@ impl<'a> Converter<'a> {
                     .iter()
                     .map(|(k, _)| p.str(*k).map_or_else(|| "?".to_owned(), str::to_owned))
                     .collect();
-                let Some(segments) = p.get(root, "segments") else {
+                let Some(segments) = p.get(root, key::SEGMENTS) else {
                     return Err(self.err(format!(
                         "not a PyTorch memory snapshot: a dict without `segments` (keys: {})",
                         describe_keys(&keys)
@@ -260,24 +264,24 @@ impl<'a> Converter<'a> {
                 };
                 format.layout = "dict".into();
                 const KNOWN: [&str; 4] = [
-                    "segments",
-                    "device_traces",
-                    "allocator_settings",
-                    "external_annotations",
+                    key::SEGMENTS,
+                    key::DEVICE_TRACES,
+                    key::ALLOCATOR_SETTINGS,
+                    key::EXTERNAL_ANNOTATIONS,
                 ];
                 format.other_keys = keys
                     .into_iter()
                     .filter(|k| !KNOWN.contains(&k.as_str()))
                     .collect();
                 format.other_keys.dedup();
-                if let Some(traces) = p.get(root, "device_traces") {
+                if let Some(traces) = p.get(root, key::DEVICE_TRACES) {
                     snap.traces = self.traces(traces)?;
                 }
-                if let Some(s) = p.get(root, "allocator_settings") {
+                if let Some(s) = p.get(root, key::ALLOCATOR_SETTINGS) {
                     format.has_allocator_settings = true;
                     snap.settings = self.settings(s)?;
                 }
-                if let Some(a) = p.get(root, "external_annotations") {
+                if let Some(a) = p.get(root, key::EXTERNAL_ANNOTATIONS) {
                     format.has_annotations = true;
                     snap.annotations = self.annotations(a)?;
                 }
@@ -308,6 +312,14 @@ impl<'a> Converter<'a> {
         for (i, &s) in items.iter().enumerate() {
             out.push(self.segment(s, i)?);
         }
+        // A segment's own stack (that of the allocation that made it) is read after every
+        // block's and entry's, so that adding it to the tables leaves the ids of the stacks the
+        // analyses use as they are with or without it.
+        for (i, (&s, seg)) in items.iter().zip(&mut out).enumerate() {
+            if let Some(f) = self.p.get(s, key::FRAMES) {
+                seg.stack = self.stack(f, What::Segment(i))?;
+            }
+        }
         Ok(out)
     }
 
@@ -315,21 +327,19 @@ impl<'a> Converter<'a> {
         let p = self.p;
         let what = What::Segment(i);
         self.dict(s, what)?;
-        let address = self.req_uint(s, "address", what)?;
-        let total_size = self.req_uint(s, "total_size", what)?;
-        let device = self.int_or(s, "device", what, 0)?;
+        let address = self.req_uint(s, key::ADDRESS, what)?;
+        let total_size = self.req_uint(s, key::TOTAL_SIZE, what)?;
+        let device = self.int_or(s, key::DEVICE, what, 0)?;
         // Streams are pointers; keep their bits.
-        let stream = self.int_or(s, "stream", what, 0)? as u64;
-        let kind = match self.opt_str(s, "segment_type") {
-            Some("small") => SegmentKind::Small,
-            Some("large") => SegmentKind::Large,
-            _ => SegmentKind::Unknown,
-        };
-        let is_expandable = matches!(p.get(s, "is_expandable"), Some(Value::Bool(true)));
-        let Some(blocks_v) = p.get(s, "blocks") else {
+        let stream = self.int_or(s, key::STREAM, what, 0)? as u64;
+        let kind = self
+            .opt_str(s, key::SEGMENT_TYPE)
+            .map_or(SegmentKind::Unknown, SegmentKind::from_name);
+        let is_expandable = matches!(p.get(s, key::IS_EXPANDABLE), Some(Value::Bool(true)));
+        let Some(blocks_v) = p.get(s, key::BLOCKS) else {
             return Err(self.err(format!("{what} has no `blocks`")));
         };
-        let items = self.seq(blocks_v, what, Some("blocks"))?;
+        let items = self.seq(blocks_v, what, Some(key::BLOCKS))?;
         let mut blocks = Vec::with_capacity(items.len());
         let mut next_address = address;
         for (j, &b) in items.iter().enumerate() {
@@ -344,6 +354,7 @@ impl<'a> Converter<'a> {
             stream,
             kind,
             is_expandable,
+            stack: StackId::EMPTY,
             blocks,
         })
     }
@@ -351,37 +362,31 @@ impl<'a> Converter<'a> {
     fn block(&mut self, b: Value, default_address: u64, what: What) -> Result<Block> {
         let p = self.p;
         self.dict(b, what)?;
-        let size = self.req_uint(b, "size", what)?;
-        let address = match p.get(b, "address") {
-            Some(a) => self.uint(a, what, "address")?,
+        let size = self.req_uint(b, key::SIZE, what)?;
+        let address = match p.get(b, key::ADDRESS) {
+            Some(a) => self.uint(a, what, key::ADDRESS)?,
             None => default_address,
         };
-        let state = match self.opt_str(b, "state") {
-            Some("active_allocated") => BlockState::ActiveAllocated,
-            Some("active_pending_free") | Some("active_awaiting_free") => {
-                BlockState::ActivePendingFree
-            }
-            Some("inactive") => BlockState::Inactive,
-            Some(other) => {
-                return Err(self.err(format!("{what} has an unknown state `{other}`")));
-            }
+        let state = match self.opt_str(b, key::STATE) {
+            Some(name) => BlockState::from_name(name)
+                .ok_or_else(|| self.err(format!("{what} has an unknown state `{name}`")))?,
             None => return Err(self.err(format!("{what} has no `state`"))),
         };
         // PyTorch 2.0 kept the stack and requested size in `history[0]`.
         let history0 = p
-            .get(b, "history")
+            .get(b, key::HISTORY)
             .and_then(|h| p.seq(h))
             .and_then(|h| h.first().copied());
-        let requested_size = match p.get(b, "requested_size") {
-            Some(r) => self.uint(r, what, "requested_size")?,
-            None => match history0.and_then(|h| p.get(h, "real_size")) {
-                Some(r) => self.uint(r, what, "history[0].real_size")?,
+        let requested_size = match p.get(b, key::REQUESTED_SIZE) {
+            Some(r) => self.uint(r, what, key::REQUESTED_SIZE)?,
+            None => match history0.and_then(|h| p.get(h, key::REAL_SIZE)) {
+                Some(r) => self.uint(r, what, HISTORY_REAL_SIZE)?,
                 None => size,
             },
         };
         let frames_v = p
-            .get(b, "frames")
-            .or_else(|| history0.and_then(|h| p.get(h, "frames")));
+            .get(b, key::FRAMES)
+            .or_else(|| history0.and_then(|h| p.get(h, key::FRAMES)));
         let stack = match frames_v {
             Some(f) => self.stack(f, what)?,
             None => StackId::EMPTY,
@@ -412,20 +417,11 @@ impl<'a> Converter<'a> {
     fn entry(&mut self, e: Value, what: What) -> Result<TraceEntry> {
         let p = self.p;
         self.dict(e, what)?;
-        let Some(action_v) = p.get(e, "action") else {
+        let Some(action_v) = p.get(e, key::ACTION) else {
             return Err(self.err(format!("{what} has no `action`")));
         };
         let action = match p.str(action_v) {
-            Some("alloc") => Action::Alloc,
-            Some("free_requested") => Action::FreeRequested,
-            Some("free_completed") => Action::FreeCompleted,
-            Some("segment_alloc") => Action::SegmentAlloc,
-            Some("segment_free") => Action::SegmentFree,
-            Some("segment_map") => Action::SegmentMap,
-            Some("segment_unmap") => Action::SegmentUnmap,
-            Some("snapshot") => Action::Snapshot,
-            Some("oom") => Action::Oom,
-            Some(_) => Action::Other,
+            Some(name) => Action::from_name(name),
             None => {
                 return Err(self.err(format!(
                     "{what} `action` is {}, expected a str",
@@ -433,31 +429,31 @@ impl<'a> Converter<'a> {
                 )))
             }
         };
-        let addr_key = if action == Action::Oom && p.get(e, "addr").is_none() {
-            "device_free"
+        let addr_key = if action == Action::Oom && p.get(e, key::ADDR).is_none() {
+            key::DEVICE_FREE
         } else {
-            "addr"
+            key::ADDR
         };
         let addr = match p.get(e, addr_key) {
             Some(a) => self.uint(a, what, addr_key)?,
             None => 0,
         };
-        let size = match p.get(e, "size") {
-            Some(s) => self.uint(s, what, "size")?,
+        let size = match p.get(e, key::SIZE) {
+            Some(s) => self.uint(s, what, key::SIZE)?,
             None if matches!(action, Action::Snapshot | Action::Other) => 0,
             None => return Err(self.err(format!("{what} has no `size`"))),
         };
-        let stream = self.int_or(e, "stream", what, 0)? as u64;
-        let time_us = match p.get(e, "time_us") {
+        let stream = self.int_or(e, key::STREAM, what, 0)? as u64;
+        let time_us = match p.get(e, key::TIME_US) {
             Some(Value::None) | None => None,
-            Some(t) => Some(self.int(t, what, "time_us")?),
+            Some(t) => Some(self.int(t, what, key::TIME_US)?),
         };
-        let stack = match p.get(e, "frames") {
+        let stack = match p.get(e, key::FRAMES) {
             Some(f) => self.stack(f, what)?,
             None => StackId::EMPTY,
         };
-        let compile_context = self.label(e, "compile_context");
-        let user_metadata = self.label(e, "user_metadata");
+        let compile_context = self.label(e, key::COMPILE_CONTEXT);
+        let user_metadata = self.label(e, key::USER_METADATA);
         Ok(TraceEntry {
             action,
             addr,
@@ -498,7 +494,7 @@ impl<'a> Converter<'a> {
         if let Some(&s) = self.stack_by_value.get(list_id).filter(|&&s| s != NONE) {
             return Ok(StackId(s));
         }
-        let items = self.seq(v, what, Some("frames"))?;
+        let items = self.seq(v, what, Some(key::FRAMES))?;
         let mut ids = Vec::with_capacity(items.len());
         for &f in items {
             ids.push(self.frame(f, what)?);
@@ -534,9 +530,9 @@ impl<'a> Converter<'a> {
             return Ok(f);
         }
         self.spend(p.dict(v).map_or(0, <[_]>::len))?;
-        let name = self.opt_str(v, "name").unwrap_or("??").to_owned();
-        let filename = self.opt_str(v, "filename").unwrap_or("??").to_owned();
-        let line = self.int_or(v, "line", what, 0)?;
+        let name = self.opt_str(v, key::NAME).unwrap_or("??").to_owned();
+        let filename = self.opt_str(v, key::FILENAME).unwrap_or("??").to_owned();
+        let line = self.int_or(v, key::LINE, what, 0)?;
         let frame = Frame {
             name,
             filename,
@@ -560,17 +556,18 @@ impl<'a> Converter<'a> {
         }
         let mut s = AllocatorSettings {
             alloc_conf: self
-                .opt_str(v, "PYTORCH_CUDA_ALLOC_CONF")
+                .opt_str(v, key::ALLOC_CONF)
                 .filter(|c| !c.is_empty())
                 .map(str::to_owned),
             ..AllocatorSettings::default()
         };
         // PyTorch writes SIZE_MAX (no limit) as -1 through its int64 cast.
-        if let Some(Value::Int(m)) = p.get(v, "max_split_size") {
+        if let Some(Value::Int(m)) = p.get(v, key::MAX_SPLIT_SIZE) {
             s.max_split_size = u64::try_from(m).ok().filter(|&m| m < u64::MAX / 2);
         }
-        s.expandable_segments = matches!(p.get(v, "expandable_segments"), Some(Value::Bool(true)));
-        if let Some(r) = p.get(v, "roundup_power2_divisions") {
+        s.expandable_segments =
+            matches!(p.get(v, key::EXPANDABLE_SEGMENTS), Some(Value::Bool(true)));
+        if let Some(r) = p.get(v, key::ROUNDUP_POWER2_DIVISIONS) {
             let mut pairs: Vec<(u64, u64)> = Vec::new();
             if let Some(entries) = p.dict(r) {
                 self.spend(entries.len())?;
@@ -612,10 +609,10 @@ impl<'a> Converter<'a> {
                 continue;
             }
             out.push(Annotation {
-                device: p.get(a, "device").and_then(|d| p.int(d)),
-                stage: self.opt_str(a, "stage").unwrap_or_default().to_owned(),
-                name: self.opt_str(a, "name").unwrap_or_default().to_owned(),
-                time_us: p.get(a, "time_us").and_then(|t| p.int(t)),
+                device: p.get(a, key::DEVICE).and_then(|d| p.int(d)),
+                stage: self.opt_str(a, key::STAGE).unwrap_or_default().to_owned(),
+                name: self.opt_str(a, key::NAME).unwrap_or_default().to_owned(),
+                time_us: p.get(a, key::TIME_US).and_then(|t| p.int(t)),
             });
         }
         Ok(out)

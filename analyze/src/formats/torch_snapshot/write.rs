@@ -1,190 +1,63 @@
-//! The allocator's state and history as a PyTorch memory snapshot: the dict that
-//! `torch.cuda.memory._snapshot()` returns (PyTorch 2.11), pickled, so that
-//! `torch.cuda._memory_viz` (`stats`, `trace`, `trace_plot`), the memory_viz web page and
-//! `analyze memory` read it like a snapshot PyTorch wrote.
+//! A [`Snapshot`] written as the dict that `torch.cuda.memory._snapshot()` returns (PyTorch
+//! 2.11), pickled, so that `torch.cuda._memory_viz` (`stats`, `trace`, `trace_plot`), the
+//! memory_viz web page and [`super::read`] read it like a snapshot PyTorch wrote.
 //!
 //! Keys, their order and their Python types follow a real 2.11 snapshot: `segments` (each with
 //! `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`,
 //! `stream`, `segment_type`, `segment_pool_id`, `is_expandable`, `frames`, `blocks`),
-//! `device_traces` (one list per device up to ours, entries with `action`, `addr` (or
-//! `device_free` for `oom`), `size`, `stream`, `time_us`, `compile_context`, `user_metadata`,
-//! `frames`), `allocator_settings` and `external_annotations`. Frame dicts are written once and
-//! shared through the pickle memo, as PyTorch's pickles share them. The per-segment sums are
-//! computed here from the blocks, so they cannot disagree with them. This module does not
-//! allocate or record anything: [`crate::caching_allocator`] builds the [`Snapshot`].
+//! `device_traces` (one list per device, entries with `action`, `addr` (or `device_free` for
+//! `oom`), `size`, `stream`, `time_us`, `compile_context`, `user_metadata`, `frames`),
+//! `allocator_settings` and `external_annotations`. Frame dicts are written once and shared
+//! through the pickle memo, as PyTorch's pickles share them. The per-segment sums are computed
+//! from the blocks, so they cannot disagree with them. What the model does not hold is written
+//! as PyTorch writes its defaults: `N/A` and an empty string for an entry's compile context and
+//! user metadata, pool id `(0, 0)`, and the allocator settings PyTorch 2.11 reports beside the
+//! ones the model keeps. `collect` turns its allocator's state into a [`Snapshot`]; nothing here
+//! allocates or records anything.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::memory_history::{Annotation, Frame, FrameId, StackId, TraceEntry};
-use crate::pickle_writer::{MemoId, PickleWriter};
-
-/// What can go wrong writing a snapshot.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// The state of a block, as the snapshot spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockState {
-    ActiveAllocated,
-    /// Freed by the caller but still in use by a stream (PyTorch's `record_stream`).
-    ActivePendingFree,
-    Inactive,
-}
-
-impl BlockState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BlockState::ActiveAllocated => "active_allocated",
-            BlockState::ActivePendingFree => "active_pending_free",
-            BlockState::Inactive => "inactive",
-        }
-    }
-}
-
-/// One block of a segment, in address order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockInfo {
-    pub address: u64,
-    pub size: u64,
-    pub requested_size: u64,
-    pub state: BlockState,
-    /// Context of the allocation that made the block active; `None` for free blocks or blocks
-    /// allocated before recording started.
-    pub stack: Option<StackId>,
-}
-
-/// `segment_type`: which pool a segment belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SegmentType {
-    Small,
-    Large,
-}
-
-impl SegmentType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SegmentType::Small => "small",
-            SegmentType::Large => "large",
-        }
-    }
-}
-
-/// One device allocation (`cudaMalloc`) of the allocator, with its blocks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentInfo {
-    pub device: u32,
-    pub address: u64,
-    pub total_size: u64,
-    pub stream: u64,
-    pub segment_type: SegmentType,
-    /// Context of the allocation that made the segment.
-    pub stack: Option<StackId>,
-    pub blocks: Vec<BlockInfo>,
-}
-
-impl SegmentInfo {
-    /// Sum of the active-allocated blocks (`allocated_size`).
-    pub fn allocated_size(&self) -> u64 {
-        self.sum(|b| b.state == BlockState::ActiveAllocated, |b| b.size)
-    }
-
-    /// Sum of the active blocks, pending frees included (`active_size`).
-    pub fn active_size(&self) -> u64 {
-        self.sum(|b| b.state != BlockState::Inactive, |b| b.size)
-    }
-
-    /// Sum of the requested sizes of active-allocated blocks (`requested_size`).
-    pub fn requested_size(&self) -> u64 {
-        self.sum(
-            |b| b.state == BlockState::ActiveAllocated,
-            |b| b.requested_size,
-        )
-    }
-
-    fn sum(&self, keep: impl Fn(&BlockInfo) -> bool, size: impl Fn(&BlockInfo) -> u64) -> u64 {
-        self.blocks.iter().filter(|b| keep(b)).map(size).sum()
-    }
-}
-
-/// The allocator's settings as `allocator_settings` reports them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllocatorSettings {
-    /// `None`: unlimited (PyTorch writes -1).
-    pub max_split_size: Option<u64>,
-    pub expandable_segments: bool,
-    /// What to print as `PYTORCH_CUDA_ALLOC_CONF`: the equivalent settings, or empty.
-    pub alloc_conf: String,
-}
-
-/// Everything a snapshot holds, with frames interned.
-#[derive(Clone, Debug)]
-pub struct Snapshot {
-    /// Sorted by address.
-    pub segments: Vec<SegmentInfo>,
-    /// Device index of the trace.
-    pub device: u32,
-    /// Oldest first.
-    pub trace: Vec<TraceEntry>,
-    /// `frames[id]`.
-    pub frames: Vec<Frame>,
-    /// `stacks[id]`, innermost frame first.
-    pub stacks: Vec<Vec<FrameId>>,
-    pub settings: AllocatorSettings,
-    pub annotations: Vec<Annotation>,
-}
+use super::{key, ROUNDUP_INTERVALS};
+use crate::error::{Error, Result};
+use crate::formats::pickle::write::{MemoId, PickleWriter};
+use crate::memory::{
+    Action, AllocatorSettings, Annotation, Segment, Snapshot, StackId, TraceEntry,
+};
 
 /// Serialise a snapshot to pickle bytes (protocol 4).
 pub fn to_pickle(s: &Snapshot) -> Vec<u8> {
     let mut w = PickleWriter::new();
     let mut memo = FrameMemo {
-        frames: vec![None; s.frames.len()],
+        frames: vec![None; s.frames.frames.len()],
     };
     w.begin_dict();
 
-    w.key("segments");
+    w.key(key::SEGMENTS);
     w.begin_list();
     for seg in &s.segments {
         write_segment(&mut w, s, &mut memo, seg);
     }
     w.end_list();
 
-    w.key("device_traces");
+    w.key(key::DEVICE_TRACES);
     w.begin_list();
-    for d in 0..=s.device {
+    for trace in &s.traces {
         w.begin_list();
-        if d == s.device {
-            for e in &s.trace {
-                write_entry(&mut w, s, &mut memo, e);
-            }
+        for e in trace {
+            write_entry(&mut w, s, &mut memo, e);
         }
         w.end_list();
     }
     w.end_list();
 
-    w.key("allocator_settings");
+    w.key(key::ALLOCATOR_SETTINGS);
     write_settings(&mut w, &s.settings);
 
-    w.key("external_annotations");
+    w.key(key::EXTERNAL_ANNOTATIONS);
     w.begin_list();
     for a in &s.annotations {
-        w.begin_dict();
-        w.key("stage");
-        w.string(a.stage.as_str());
-        w.key("name");
-        w.string(&a.name);
-        w.key("device");
-        w.uint(a.device as u64);
-        w.key("time_us");
-        w.int(a.time_us);
-        w.end_dict();
+        write_annotation(&mut w, a);
     }
     w.end_list();
 
@@ -197,28 +70,34 @@ struct FrameMemo {
     frames: Vec<Option<MemoId>>,
 }
 
-fn write_frames(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, stack: Option<StackId>) {
+/// A non-negative value as PyTorch's unsigned fields are written; a negative one as it is.
+fn int(w: &mut PickleWriter, v: i64) {
+    match u64::try_from(v) {
+        Ok(u) => w.uint(u),
+        Err(_) => w.int(v),
+    }
+}
+
+fn write_frames(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, stack: StackId) {
     w.begin_list();
-    if let Some(frames) = stack.and_then(|id| s.stacks.get(id.0 as usize)) {
-        for &f in frames {
-            let slot = memo.frames.get(f.0 as usize).copied().flatten();
-            match slot {
-                Some(id) => w.get(id),
-                None => {
-                    let Some(frame) = s.frames.get(f.0 as usize) else {
-                        continue;
-                    };
-                    w.begin_dict();
-                    w.key("name");
-                    w.string(&frame.name);
-                    w.key("filename");
-                    w.string(&frame.filename);
-                    w.key("line");
-                    w.uint(frame.line as u64);
-                    let id = w.end_dict_memo();
-                    if let Some(m) = memo.frames.get_mut(f.0 as usize) {
-                        *m = Some(id);
-                    }
+    for &f in s.frames.stack(stack) {
+        let slot = memo.frames.get(f as usize).copied().flatten();
+        match slot {
+            Some(id) => w.get(id),
+            None => {
+                let Some(frame) = s.frames.frames.get(f as usize) else {
+                    continue;
+                };
+                w.begin_dict();
+                w.key(key::NAME);
+                w.string(&frame.name);
+                w.key(key::FILENAME);
+                w.string(&frame.filename);
+                w.key(key::LINE);
+                int(w, frame.line);
+                let id = w.end_dict_memo();
+                if let Some(m) = memo.frames.get_mut(f as usize) {
+                    *m = Some(id);
                 }
             }
         }
@@ -226,43 +105,43 @@ fn write_frames(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, stack:
     w.end_list();
 }
 
-fn write_segment(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, seg: &SegmentInfo) {
+fn write_segment(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, seg: &Segment) {
     w.begin_dict();
-    w.key("device");
-    w.uint(seg.device as u64);
-    w.key("address");
+    w.key(key::DEVICE);
+    int(w, seg.device);
+    w.key(key::ADDRESS);
     w.uint(seg.address);
-    w.key("total_size");
+    w.key(key::TOTAL_SIZE);
     w.uint(seg.total_size);
-    w.key("allocated_size");
+    w.key(key::ALLOCATED_SIZE);
     w.uint(seg.allocated_size());
-    w.key("active_size");
+    w.key(key::ACTIVE_SIZE);
     w.uint(seg.active_size());
-    w.key("requested_size");
+    w.key(key::REQUESTED_SIZE);
     w.uint(seg.requested_size());
-    w.key("stream");
+    w.key(key::STREAM);
     w.uint(seg.stream);
-    w.key("segment_type");
-    w.string(seg.segment_type.as_str());
-    w.key("segment_pool_id");
+    w.key(key::SEGMENT_TYPE);
+    w.string(seg.kind.as_str());
+    w.key(key::SEGMENT_POOL_ID);
     w.int_tuple(&[0, 0]);
-    w.key("is_expandable");
-    w.bool(false);
-    w.key("frames");
+    w.key(key::IS_EXPANDABLE);
+    w.bool(seg.is_expandable);
+    w.key(key::FRAMES);
     write_frames(w, s, memo, seg.stack);
-    w.key("blocks");
+    w.key(key::BLOCKS);
     w.begin_list();
     for b in &seg.blocks {
         w.begin_dict();
-        w.key("address");
+        w.key(key::ADDRESS);
         w.uint(b.address);
-        w.key("size");
+        w.key(key::SIZE);
         w.uint(b.size);
-        w.key("requested_size");
+        w.key(key::REQUESTED_SIZE);
         w.uint(b.requested_size);
-        w.key("state");
+        w.key(key::STATE);
         w.string(b.state.as_str());
-        w.key("frames");
+        w.key(key::FRAMES);
         write_frames(w, s, memo, b.stack);
         w.end_dict();
     }
@@ -271,60 +150,79 @@ fn write_segment(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, seg: 
 }
 
 fn write_entry(w: &mut PickleWriter, s: &Snapshot, memo: &mut FrameMemo, e: &TraceEntry) {
-    use crate::memory_history::Action;
     w.begin_dict();
-    w.key("action");
+    w.key(key::ACTION);
     w.string(e.action.as_str());
-    if e.action == Action::Oom {
-        w.key("device_free");
-        w.uint(e.device_free);
+    // The model keeps an `oom` entry's free device bytes in `addr`.
+    w.key(if e.action == Action::Oom {
+        key::DEVICE_FREE
     } else {
-        w.key("addr");
-        w.uint(e.addr);
-    }
-    w.key("size");
+        key::ADDR
+    });
+    w.uint(e.addr);
+    w.key(key::SIZE);
     w.uint(e.size);
-    w.key("stream");
+    w.key(key::STREAM);
     w.uint(e.stream);
-    w.key("time_us");
-    w.int(e.time_us);
-    w.key("compile_context");
-    w.string("N/A");
-    w.key("user_metadata");
-    w.string("");
-    w.key("frames");
+    if let Some(t) = e.time_us {
+        w.key(key::TIME_US);
+        w.int(t);
+    }
+    w.key(key::COMPILE_CONTEXT);
+    w.string(e.compile_context.as_deref().unwrap_or("N/A"));
+    w.key(key::USER_METADATA);
+    w.string(e.user_metadata.as_deref().unwrap_or(""));
+    w.key(key::FRAMES);
     write_frames(w, s, memo, e.stack);
+    w.end_dict();
+}
+
+fn write_annotation(w: &mut PickleWriter, a: &Annotation) {
+    w.begin_dict();
+    w.key(key::STAGE);
+    w.string(&a.stage);
+    w.key(key::NAME);
+    w.string(&a.name);
+    if let Some(d) = a.device {
+        w.key(key::DEVICE);
+        int(w, d);
+    }
+    if let Some(t) = a.time_us {
+        w.key(key::TIME_US);
+        w.int(t);
+    }
     w.end_dict();
 }
 
 fn write_settings(w: &mut PickleWriter, settings: &AllocatorSettings) {
     w.begin_dict();
-    w.key("PYTORCH_CUDA_ALLOC_CONF");
-    w.string(&settings.alloc_conf);
-    w.key("max_split_size");
+    w.key(key::ALLOC_CONF);
+    w.string(settings.alloc_conf.as_deref().unwrap_or(""));
+    w.key(key::MAX_SPLIT_SIZE);
     match settings.max_split_size {
         Some(v) => w.uint(v),
+        // PyTorch writes "no limit" (SIZE_MAX) through an int64 cast.
         None => w.int(-1),
     }
-    w.key("garbage_collection_threshold");
+    w.key(key::GARBAGE_COLLECTION_THRESHOLD);
     w.float(0.0);
-    w.key("expandable_segments");
+    w.key(key::EXPANDABLE_SEGMENTS);
     w.bool(settings.expandable_segments);
-    w.key("pinned_num_register_threads");
+    w.key(key::PINNED_NUM_REGISTER_THREADS);
     w.int(1);
-    w.key("release_lock_on_cudamalloc");
+    w.key(key::RELEASE_LOCK_ON_CUDAMALLOC);
     w.bool(false);
-    w.key("pinned_use_cuda_host_register");
+    w.key(key::PINNED_USE_CUDA_HOST_REGISTER);
     w.bool(false);
-    w.key("graph_capture_record_stream_reuse");
+    w.key(key::GRAPH_CAPTURE_RECORD_STREAM_REUSE);
     w.bool(false);
-    w.key("roundup_power2_divisions");
+    w.key(key::ROUNDUP_POWER2_DIVISIONS);
     w.begin_dict();
-    let mut interval = 1u64;
-    while interval <= 32768 {
-        w.key(&interval.to_string());
-        w.int(0);
-        interval *= 2;
+    // Keys 1, 2, 4, ... (MiB): interval n is the n-th power of two.
+    let divisions = &settings.roundup_power2_divisions;
+    for i in 0..divisions.len().max(ROUNDUP_INTERVALS) {
+        w.key(&(1u64 << i.min(63)).to_string());
+        w.uint(divisions.get(i).copied().unwrap_or(0));
     }
     w.end_dict();
     w.end_dict();
@@ -333,10 +231,10 @@ fn write_settings(w: &mut PickleWriter, settings: &AllocatorSettings) {
 /// Write the snapshot to `path` atomically (a temporary file in the same folder, then a rename).
 /// A path ending in `.gz` is gzip-compressed; memory_viz wants the plain pickle, `analyze`
 /// reads both.
-pub fn write(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
+pub fn to_file(s: &Snapshot, path: &Path) -> Result<()> {
     let bytes = to_pickle(s);
     let gz = path.extension().is_some_and(|e| e == "gz");
-    write_atomically(path, |f| {
+    crate::atomic_file::write_with(path, |f| {
         if gz {
             let mut enc = flate2::write::GzEncoder::new(f, flate2::Compression::default());
             enc.write_all(&bytes)?;
@@ -346,14 +244,7 @@ pub fn write(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
             f.flush()
         }
     })
-}
-
-/// Create `path` atomically ([`analyze::atomic_file`]) with what `fill` writes.
-pub(crate) fn write_atomically(
-    path: &Path,
-    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
-) -> Result<(), SnapshotError> {
-    analyze::atomic_file::write_with(path, fill).map_err(|source| SnapshotError::Io {
+    .map_err(|source| Error::Io {
         path: path.to_owned(),
         source,
     })
@@ -362,68 +253,69 @@ pub(crate) fn write_atomically(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory_history::{Action, Stage};
+    use crate::formats::torch_snapshot::{MODULE_FRAME_FILE, PHASE_FRAME_FILE};
+    use crate::memory::{Block, BlockState, Frame, Frames, SegmentKind, Stage};
 
     fn snapshot() -> Snapshot {
         Snapshot {
-            segments: vec![SegmentInfo {
+            segments: vec![Segment {
                 device: 0,
                 address: 1 << 40,
                 total_size: 2 << 20,
                 stream: 0,
-                segment_type: SegmentType::Small,
-                stack: Some(StackId(0)),
+                kind: SegmentKind::Small,
+                is_expandable: false,
+                stack: StackId(1),
                 blocks: vec![
-                    BlockInfo {
+                    Block {
                         address: 1 << 40,
                         size: 1024,
                         requested_size: 1000,
                         state: BlockState::ActiveAllocated,
-                        stack: Some(StackId(0)),
+                        stack: StackId(1),
                     },
-                    BlockInfo {
+                    Block {
                         address: (1 << 40) + 1024,
                         size: (2 << 20) - 1024,
                         requested_size: 0,
                         state: BlockState::Inactive,
-                        stack: None,
+                        stack: StackId::EMPTY,
                     },
                 ],
             }],
-            device: 0,
-            trace: vec![TraceEntry {
+            traces: vec![vec![TraceEntry {
                 action: Action::Alloc,
                 addr: 1 << 40,
                 size: 1024,
                 stream: 0,
-                time_us: 5,
-                stack: Some(StackId(0)),
-                device_free: 0,
-            }],
-            frames: vec![
-                Frame {
-                    name: "layers.0.attn".into(),
-                    filename: "collect/module".into(),
-                    line: 0,
-                },
-                Frame {
-                    name: "forward".into(),
-                    filename: "collect/phase".into(),
-                    line: 0,
-                },
-            ],
-            stacks: vec![vec![FrameId(0), FrameId(1)]],
-            settings: AllocatorSettings {
-                max_split_size: None,
-                expandable_segments: false,
-                alloc_conf: String::new(),
+                time_us: Some(5),
+                stack: StackId(1),
+                compile_context: None,
+                user_metadata: None,
+            }]],
+            frames: Frames {
+                frames: vec![
+                    Frame {
+                        name: "layers.0.attn".into(),
+                        filename: MODULE_FRAME_FILE.into(),
+                        line: 0,
+                    },
+                    Frame {
+                        name: "forward".into(),
+                        filename: PHASE_FRAME_FILE.into(),
+                        line: 0,
+                    },
+                ],
+                stacks: vec![vec![], vec![0, 1]],
             },
+            settings: AllocatorSettings::default(),
             annotations: vec![Annotation {
-                stage: Stage::Start,
+                stage: Stage::Start.as_str().into(),
                 name: "forward".into(),
-                device: 0,
-                time_us: 1,
+                device: Some(0),
+                time_us: Some(1),
             }],
+            ..Snapshot::default()
         }
     }
 
@@ -449,10 +341,10 @@ mod tests {
     fn write_replaces_atomically_and_gzips() {
         let dir = tempfile::tempdir().unwrap();
         let plain = dir.path().join("snap.pickle");
-        write(&snapshot(), &plain).unwrap();
+        to_file(&snapshot(), &plain).unwrap();
         assert_eq!(std::fs::read(&plain).unwrap(), to_pickle(&snapshot()));
         let gz = dir.path().join("snap.pickle.gz");
-        write(&snapshot(), &gz).unwrap();
+        to_file(&snapshot(), &gz).unwrap();
         assert_eq!(&std::fs::read(&gz).unwrap()[..2], &[0x1f, 0x8b]);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 2, "no temporary file left behind");
@@ -462,6 +354,6 @@ mod tests {
     fn a_failed_write_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no/such/dir/snap.pickle");
-        assert!(write(&snapshot(), &missing).is_err());
+        assert!(to_file(&snapshot(), &missing).is_err());
     }
 }

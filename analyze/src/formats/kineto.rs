@@ -17,7 +17,7 @@
 //! as `pid` and the stream as `tid`; their process is the one that made the launching call (same
 //! correlation id), and a GPU annotation's process is that of the CPU annotation with the same
 //! `External id`. Kineto names kernels as the GNU demangler does; the short name is derived from
-//! that ([`crate::kernel_name::short_name`]). Kineto records only the sum of static and dynamic
+//! that ([`crate::formats::nsys_sqlite::short_name`]). Kineto records only the sum of static and dynamic
 //! shared memory; it is stored as static shared memory.
 
 use std::borrow::Cow;
@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::kernel_name::short_name;
+use crate::formats::nsys_sqlite::short_name;
 use crate::model::{
     ApiCall, ApiKind, Bytes, Gpu, Kernel, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
     SourceFormat, Strings, Trace,
@@ -50,7 +50,7 @@ const ANALYSED_CATEGORIES: &[&str] = &[
 
 /// Load a Kineto trace (plain or gzip-compressed).
 pub fn load(path: &Path) -> Result<Trace> {
-    let bytes = crate::ingest::read_maybe_gzip(path)?;
+    let bytes = crate::formats::read_maybe_gzip(path)?;
     parse(path, &bytes)
 }
 

@@ -1,12 +1,24 @@
-//! Reading input files: one module per format, each feeding the shared model.
+//! The file formats: one module per format, each reading into the shared models ([`Trace`],
+//! [`Snapshot`]) and, for the formats `collect` writes, writing them too, so that what one
+//! crate writes and the other reads is defined once, reader and writer side by side:
+//!
+//! - [`nsys_sqlite`]: Nsight Systems SQLite exports (tables, columns, ids, the `shortName` rule);
+//!   `collect`'s traces are written in the same schema;
+//! - [`torch_snapshot`]: PyTorch CUDA memory snapshots, over the plain-data [`pickle`] codec;
+//! - [`run_metadata`]: the run's configuration and step times that `collect` stores in a trace;
+//! - [`bench_results`]: the results file of `collect bench --out`;
+//! - [`kineto`] (PyTorch profiler traces) and [`nsys_rep`] (`.nsys-rep` reports, through
+//!   `nsys export`) are read only.
 //!
 //! [`load`] looks at a file's first bytes (not its name) to decide what it is, so a renamed or
 //! gzip-compressed file is still read. Every reader opens its input read-only.
 
+pub mod bench_results;
 pub mod kineto;
 pub mod nsys_rep;
 pub mod nsys_sqlite;
 pub mod pickle;
+pub mod run_metadata;
 pub mod torch_snapshot;
 
 use std::fs::File;
@@ -136,14 +148,14 @@ pub fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
 /// Load any supported file.
 pub fn load(path: &Path) -> Result<Input> {
     match detect(path)? {
-        Kind::NsysSqlite => Ok(Input::Trace(Box::new(nsys_sqlite::load(path)?))),
-        Kind::NsysSqliteGz => Ok(Input::Trace(Box::new(nsys_sqlite::load_gz(path)?))),
+        Kind::NsysSqlite => Ok(Input::Trace(Box::new(nsys_sqlite::read::load(path)?))),
+        Kind::NsysSqliteGz => Ok(Input::Trace(Box::new(nsys_sqlite::read::load_gz(path)?))),
         Kind::NsysRep => {
             let sqlite: PathBuf = nsys_rep::sqlite_for(path)?;
-            Ok(Input::Trace(Box::new(nsys_sqlite::load(&sqlite)?)))
+            Ok(Input::Trace(Box::new(nsys_sqlite::read::load(&sqlite)?)))
         }
         Kind::Kineto => Ok(Input::Trace(Box::new(kineto::load(path)?))),
-        Kind::TorchSnapshot => Ok(Input::Snapshot(Box::new(torch_snapshot::load(path)?))),
+        Kind::TorchSnapshot => Ok(Input::Snapshot(Box::new(torch_snapshot::read::load(path)?))),
     }
 }
 
