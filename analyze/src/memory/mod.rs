@@ -18,13 +18,22 @@
 //! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]), [`tables`] shows them;
 //! - [`charts`] draws the timeline and the category bar through [`crate::plot`].
 
+// The analyses (feature `analysis`); the model below is always there.
+#[cfg(feature = "analysis")]
 pub mod categories;
+#[cfg(feature = "analysis")]
 pub mod charts;
+#[cfg(feature = "analysis")]
 pub mod inference;
+#[cfg(feature = "analysis")]
 pub mod peak;
+#[cfg(feature = "analysis")]
 pub mod phases;
+#[cfg(feature = "analysis")]
 pub mod summary;
+#[cfg(feature = "analysis")]
 pub mod tables;
+#[cfg(feature = "analysis")]
 pub mod timeline;
 
 use serde::Serialize;
