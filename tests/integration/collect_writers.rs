@@ -1,9 +1,9 @@
 //! `collect`'s writers read back by the readers that matter: a synthetic trace written by the
-//! nsys-schema writer through `analyze`'s nsys reader (and plain SQL), raw CUPTI records through
-//! the converter, and a recorded allocation sequence written as a memory snapshot through
-//! Python's `pickle` with the checks `torch.cuda._memory_viz` and memory_viz rely on. Real files from
-//! `../shared/fixtures/ours` give the schema, the kernel names and the snapshot shapes to match;
-//! tests that need them or `python3` say so and skip when they are absent.
+//! nsys-schema writer through `analyze`'s nsys reader (and plain SQL), raw CUPTI records
+//! through the converter, and a recorded allocation sequence written as a memory snapshot
+//! through Python's `pickle` with the checks `torch.cuda._memory_viz` and memory_viz rely on.
+//! Real files from `../shared/fixtures/ours` give the schema, the kernel names and the snapshot
+//! shapes to match; tests that need them or `python3` say so and skip when they are absent.
 
 use crate::common;
 

@@ -17,8 +17,8 @@
 //! as `pid` and the stream as `tid`; their process is the one that made the launching call (same
 //! correlation id), and a GPU annotation's process is that of the CPU annotation with the same
 //! `External id`. Kineto names kernels as the GNU demangler does; the short name is derived from
-//! that ([`crate::formats::nsys_sqlite::short_name`]). Kineto records only the sum of static and dynamic
-//! shared memory; it is stored as static shared memory.
+//! that by nsys's rule ([`super::nsys_sqlite::short_name`]). Kineto records only the sum of
+//! static and dynamic shared memory; it is stored as static shared memory.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};

@@ -155,4 +155,40 @@ mod tests {
         assert_eq!(m.get(keys::STEP_TIME_MEAN_MS), Some("25"));
         assert_eq!(m.get(keys::STEPS), Some("4"));
     }
+
+    /// What `collect` stores in a trace's `RUN_METADATA` comes back from the trace as it was
+    /// set, every pair, with Rust's float spelling kept.
+    #[test]
+    fn what_the_writer_writes_the_reader_reads() {
+        use crate::formats::nsys_sqlite::{read, write};
+
+        let mut run = RunMetadata::describe(&RunDescription {
+            model: "small".into(),
+            d_model: 768,
+            d_ff: 3072,
+            layers: 12,
+            heads: 12,
+            vocab: 10_000,
+            ctx: 128,
+            batch: 4,
+            mode: "train".into(),
+            precision: "fp32".into(),
+        });
+        run.set_step_times_ms(&[12.5, 0.1 + 0.2]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        let records = write::TraceRecords {
+            run: run.clone(),
+            ..write::TraceRecords::default()
+        };
+        write::to_file(&path, &records).unwrap();
+        let back = read::load(&path).unwrap().source.run;
+        let written: Vec<(&str, &str)> = run.entries().collect();
+        assert_eq!(back.len(), written.len());
+        for (name, value) in written {
+            assert_eq!(back.get(name).map(String::as_str), Some(value), "{name}");
+        }
+        assert_eq!(back[keys::STEP_TIMES_MS], "12.5,0.30000000000000004");
+        assert_eq!(back[keys::HEADS], "12");
+    }
 }

@@ -2,7 +2,7 @@
 //! tables with full-precision numbers, plus every run's complete results) and the plots, all
 //! into one folder, each file written atomically.
 //!
-//! [`markdown`] and [`json`] are pure; [`write`] does the writing.
+//! [`markdown`] and [`json()`] are pure; [`write()`] does the writing.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

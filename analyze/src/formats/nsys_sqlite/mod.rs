@@ -1,9 +1,10 @@
 //! Nsight Systems' SQLite export (`nsys export --type sqlite`), defined once for both sides:
 //! [`read`] loads any export (nsys's own, of every schema met so far, or `collect`'s) into the
-//! model, and [`write`] writes `collect`'s traces. This module holds what both name: the tables
-//! ([`table`]) and columns ([`column`]) they use, the enum ids nsys stores ([`event_class`],
-//! [`event_type`], [`copy_kind`], [`mem_kind`]), the metadata keys, nsys's global process and
-//! thread ids, and the rule that gives a kernel's `shortName` ([`short_name`]).
+//! model, and [`write`](mod@write) writes `collect`'s traces. This module holds what both name:
+//! the tables ([`table`]) and columns ([`column`](mod@column)) they use, the enum ids nsys stores
+//! ([`event_class`], [`event_type`], [`copy_kind`], [`mem_kind`]), the metadata keys, nsys's
+//! global process and thread ids, and the rule that gives a kernel's `shortName`
+//! ([`short_name`]).
 //!
 //! [`SCHEMA_SQL`] (`schema.sql` beside this file) is the schema a writer creates: the
 //! `CREATE TABLE` statements and `ENUM_*` rows of a real 3.20.3 export (nsys 2025.3), copied by

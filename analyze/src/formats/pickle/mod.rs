@@ -1,6 +1,7 @@
 //! Python's pickle, for plain data only: [`read`] parses any protocol (0 to 5) into values
-//! without ever running code, [`write`] writes protocol 4 the way CPython's pickler does. Both
-//! use the one opcode table, [`op`]. Memory snapshots ([`super::torch_snapshot`]) are pickles.
+//! without ever running code, [`write`](mod@write) writes protocol 4 the way CPython's pickler
+//! does. Both use the one opcode table, [`op`]. Memory snapshots ([`super::torch_snapshot`]) are
+//! pickles.
 
 pub mod read;
 pub mod write;
