@@ -12,12 +12,11 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 
 use collect::bench::Recording;
-use collect::bench::{self, BenchOptions};
-use collect::config::{Mode, ModelConfig, Precision, RunConfig};
-use collect::device::AllocatorKind;
-use collect::numerics;
-use collect::ops::Runtime;
-use collect::plan;
+use collect::bench::{self, numerics, BenchOptions};
+use collect::gpu::device_memory::AllocatorKind;
+use collect::gpu::ops::Runtime;
+use collect::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::plan;
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
 #[derive(Parser)]

@@ -3,29 +3,27 @@
 //! GPU-free plan of its parameters, FLOPs and memory, and the recorders that write what a profile
 //! needs: a PyTorch-format memory snapshot from its own caching allocator and an nsys-schema
 //! SQLite trace from CUPTI.
+//!
+//! The folders are layers, each using only those listed before it:
+//! - [`nvtx`]: the NVTX ranges every layer opens, and the listeners that hear them;
+//! - [`memory`]: the caching allocator (pure: no GPU), its history and frames, and their
+//!   conversion to a PyTorch snapshot;
+//! - [`gpu`]: device, stream and device memory (the caching allocator's adapter among its
+//!   sources), cuBLAS, our NVRTC kernels and their typed launches;
+//! - [`trace`]: CUPTI activity tracing and the ranges of a traced run, as nsys-schema records;
+//! - [`transformer`]: the model's configuration, parameter layout, forward, backward and
+//!   optimizer on the GPU, its CPU reference and its GPU-free plan;
+//! - [`bench`]: the benchmark harness, its tables and results file, and the numerics dump.
+//!
+//! The files a run writes are `analyze`'s formats (`analyze::formats`): this crate builds their
+//! records and never spells a format itself.
 
 pub mod bench;
-pub mod blas;
-pub mod caching_allocator;
-pub mod caching_device;
-pub mod config;
-pub mod cupti;
-pub mod demangle;
-pub mod device;
 pub mod error;
-pub mod kernels;
-pub mod memory_frames;
-pub mod memory_history;
-pub mod memory_snapshot;
-pub mod model;
-pub mod numerics;
-pub mod ops;
-pub mod params;
-pub mod plan;
-pub mod ranges;
-pub mod reference;
-pub mod safetensors;
-pub mod trace_ranges;
-pub mod trace_session;
+pub mod gpu;
+pub mod memory;
+pub mod nvtx;
+pub mod trace;
+pub mod transformer;
 
 pub use error::{Error, Result};

@@ -1,16 +1,16 @@
-//! The model on the GPU against the CPU reference (`collect::reference`, f64, no shared code):
-//! logits and loss directly, gradients by central differences of the reference loss, one AdamW
-//! step against its formula, and training lowering the loss. Skipped, with a message, where no
-//! CUDA device (or no CUDA library) is found.
+//! The model on the GPU against the CPU reference (`collect::transformer::reference`, f64, no
+//! shared code): logits and loss directly, gradients by central differences of the reference
+//! loss, one AdamW step against its formula, and training lowering the loss. Skipped, with a
+//! message, where no CUDA device (or no CUDA library) is found.
 //!
 //! This is the suite's second test binary; on the GPU machine run it with
 //! `cargo test --test gpu -- --test-threads=1` (each test opens the device).
 
-use collect::config::{Mode, ModelConfig, Precision, RunConfig};
-use collect::model::{Forward, Model};
-use collect::ops::Runtime;
-use collect::params::ParamLayout;
-use collect::reference;
+use collect::gpu::ops::Runtime;
+use collect::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::params::ParamLayout;
+use collect::transformer::reference;
+use collect::transformer::{Forward, Model};
 use collect::Error;
 
 fn runtime() -> Option<Runtime> {
@@ -256,7 +256,7 @@ fn training_lowers_the_loss() {
 /// Records range names with their nesting depth.
 struct Names(std::rc::Rc<std::cell::RefCell<Vec<(usize, String)>>>, usize);
 
-impl collect::ranges::RangeRecorder for Names {
+impl collect::nvtx::RangeListener for Names {
     fn push(&mut self, name: &str, _: std::time::Instant) {
         self.0.borrow_mut().push((self.1, name.to_owned()));
         self.1 += 1;
@@ -271,9 +271,9 @@ fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
     let Some(rt) = runtime() else { return };
     let run = tiny(Mode::Train, Precision::Bf16);
     let names = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    collect::ranges::set_recorder(Some(Box::new(Names(names.clone(), 0))));
+    collect::nvtx::set_listener(Some(Box::new(Names(names.clone(), 0))));
     let m = collect::bench::run_one(&rt, &run, 1, 2, 0).unwrap();
-    collect::ranges::set_recorder(None);
+    collect::nvtx::set_listener(None);
 
     let step: Vec<(usize, String)> = {
         let mut v = vec![(0, "forward".to_owned())];
@@ -300,7 +300,7 @@ fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
     assert_eq!(*names.borrow(), expected);
 
     // The plan's memory model follows the allocations one for one.
-    let planned = collect::plan::plan(&run).memory.peak;
+    let planned = collect::transformer::plan::plan(&run).memory.peak;
     assert_eq!(m.memory.peak, planned, "measured peak vs plan");
     assert_eq!(m.host_ms.len(), 2);
     assert!(m.event.mean > 0.0 && m.host.mean >= m.event.mean * 0.5);
@@ -335,7 +335,7 @@ fn our_kernels_per_train_step(layers: i64) -> std::collections::BTreeMap<&'stati
 #[test]
 fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() {
     use collect::bench::{run_one_with, Recording};
-    use collect::device::AllocatorKind;
+    use collect::gpu::device_memory::AllocatorKind;
     let rt = match Runtime::open_with(AllocatorKind::Caching) {
         Ok(rt) => rt,
         Err(e @ (Error::NoDevice { .. } | Error::MissingLibrary { .. })) => {
@@ -357,7 +357,7 @@ fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() 
     assert!(a.history_entries > 0);
     // Blocks are 512-byte multiples and the plan counts bytes asked for: the allocator's peak is
     // at least the planned one.
-    assert!(a.max_allocated >= collect::plan::plan(&run).memory.peak);
+    assert!(a.max_allocated >= collect::transformer::plan::plan(&run).memory.peak);
 
     let db = rusqlite::Connection::open(dir.path().join("run.sqlite")).unwrap();
     let one = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };

@@ -9,10 +9,10 @@ use crate::common;
 use std::collections::HashMap;
 
 use analyze::memory::Action;
-use collect::caching_allocator::{
+use collect::memory::caching_allocator::{
     round_size, segment_size, AllocatorConfig, Backend, CachingAllocator, Oom, StreamId,
 };
-use collect::memory_history::Clock;
+use collect::memory::history::Clock;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

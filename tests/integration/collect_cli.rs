@@ -12,7 +12,7 @@ fn collect(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn bench_without_a_device_says_so_and_exits_2() {
-    if let Ok(n) = collect::device::probe() {
+    if let Ok(n) = collect::gpu::device::probe() {
         eprintln!("skipped: this machine has {n} CUDA device(s)");
         return;
     }

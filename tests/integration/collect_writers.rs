@@ -18,11 +18,13 @@ use analyze::formats::nsys_sqlite::write::{
 };
 use analyze::formats::run_metadata::{RunDescription, RunMetadata};
 use analyze::model::{ApiKind, MemOpKind, RangeStyle};
-use collect::caching_allocator::{AllocatorConfig, Backend, CachingAllocator, Oom, StreamId};
-use collect::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
-use collect::memory_history::Clock;
-use collect::memory_snapshot;
-use collect::trace_ranges::RangeRecorder;
+use collect::memory::caching_allocator::{
+    AllocatorConfig, Backend, CachingAllocator, Oom, StreamId,
+};
+use collect::memory::history::Clock;
+use collect::memory::snapshot as memory_snapshot;
+use collect::trace::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
+use collect::trace::ranges::RangeLog;
 
 const PID: u32 = 4242;
 const TID: u32 = 4242;
@@ -132,7 +134,7 @@ fn synthetic_trace() -> TraceRecords {
         dst_kind: 2,
     });
 
-    let mut ranges = RangeRecorder::new(PID);
+    let mut ranges = RangeLog::new(PID);
     let mut corr = 10;
     for step in 0..2i64 {
         let t0 = 1_000_000 + step * 1_000_000;

@@ -12,8 +12,8 @@
 use analyze::render::{Cell, Document, Section, Table};
 use serde_json::{json, Value};
 
-use crate::config::{Mode, Precision, RunConfig};
-use crate::params::ParamLayout;
+use crate::transformer::config::{Mode, Precision, RunConfig};
+use crate::transformer::params::ParamLayout;
 
 /// cuBLAS workspace allocated by `blas.rs`.
 pub const CUBLAS_WORKSPACE: u64 = 32 << 20;
@@ -255,7 +255,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
+    use crate::transformer::config::ModelConfig;
 
     fn run(size: &str, mode: Mode, precision: Precision) -> RunConfig {
         RunConfig {

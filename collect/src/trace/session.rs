@@ -1,10 +1,10 @@
-//! One traced run: CUPTI activity tracing ([`crate::cupti::CuptiTracer`]) from [`TraceSession::start`]
-//! to [`TraceSession::finish`], with the NVTX ranges `collect` opens in between recorded on
-//! CUPTI's clock and under the thread ids CUPTI reports, assembled into the [`TraceRecords`]
-//! that [`analyze::formats::nsys_sqlite::write`] writes in the nsys export schema.
+//! One traced run: CUPTI activity tracing ([`crate::trace::cupti::CuptiTracer`]) from
+//! [`TraceSession::start`] to [`TraceSession::finish`], with the NVTX ranges `collect` opens in
+//! between recorded on CUPTI's clock and under the thread ids CUPTI reports, assembled into the
+//! [`TraceRecords`] that [`analyze::formats::nsys_sqlite::write`] writes in the nsys export schema.
 //!
-//! The ranges come through [`crate::ranges`]: install [`TraceSession::range_recorder`] (alone or
-//! in a [`crate::ranges::Fanout`]) for the span to trace. The caller describes the run
+//! The ranges come through [`crate::nvtx`]: install [`TraceSession::range_listener`] (alone or
+//! in a [`crate::nvtx::Fanout`]) for the span to trace. The caller describes the run
 //! ([`RunMetadata`]); this module adds the device, the process and CUPTI's own counts (records it
 //! dropped). It does not write files.
 
@@ -15,11 +15,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use analyze::formats::nsys_sqlite::write::{GpuInfo, ProcessInfo, TraceRecords};
 use analyze::formats::run_metadata::RunMetadata;
 
-use crate::cupti::{CuptiTracer, RecordConverter};
-use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::ranges::RangeRecorder;
-use crate::trace_ranges::{self, current_tid};
+use crate::gpu::device::Gpu;
+use crate::nvtx::RangeListener;
+use crate::trace::cupti::{CuptiTracer, RecordConverter};
+use crate::trace::ranges::{current_tid, RangeLog};
 
 /// Run-metadata keys this module adds.
 pub mod keys {
@@ -30,15 +30,15 @@ pub mod keys {
 /// A trace in progress.
 pub struct TraceSession {
     tracer: CuptiTracer,
-    ranges: Rc<RefCell<trace_ranges::RangeRecorder>>,
+    ranges: Rc<RefCell<RangeLog>>,
     start_utc_ns: i64,
 }
 
-/// Feeds [`crate::ranges`]' pushes and pops into the session's range list, stamped with
+/// Feeds [`crate::nvtx`]'s pushes and pops into the session's range list, stamped with
 /// [`CuptiTracer::timestamp`] and the calling thread's system id.
-struct TraceRanges(Rc<RefCell<trace_ranges::RangeRecorder>>);
+struct TraceRanges(Rc<RefCell<RangeLog>>);
 
-impl RangeRecorder for TraceRanges {
+impl RangeListener for TraceRanges {
     fn push(&mut self, name: &str, _at: Instant) {
         // The tracer is running, so its clock answers; 0 would only misplace one range.
         let t = CuptiTracer::timestamp().unwrap_or(0);
@@ -67,15 +67,13 @@ impl TraceSession {
         let tracer = CuptiTracer::start().map_err(|e| Error::Trace(e.to_string()))?;
         Ok(TraceSession {
             tracer,
-            ranges: Rc::new(RefCell::new(trace_ranges::RangeRecorder::new(
-                std::process::id(),
-            ))),
+            ranges: Rc::new(RefCell::new(RangeLog::new(std::process::id()))),
             start_utc_ns,
         })
     }
 
-    /// A recorder of this session's ranges, for [`crate::ranges::set_recorder`].
-    pub fn range_recorder(&self) -> Box<dyn RangeRecorder> {
+    /// A listener that logs this session's ranges, for [`crate::nvtx::set_listener`].
+    pub fn range_listener(&self) -> Box<dyn RangeListener> {
         Box::new(TraceRanges(self.ranges.clone()))
     }
 

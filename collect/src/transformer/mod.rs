@@ -14,17 +14,22 @@
 //! Activations are allocated during the forward and freed as the backward consumes them, so the
 //! memory in use rises and falls through a step as PyTorch's does. The forward of a `forward`
 //! step keeps nothing. Every allocation goes through the runtime's
-//! [`DeviceMemory`](crate::device::DeviceMemory), each activation under a module frame
-//! (`layers.3.attn.scores`, [`crate::memory_frames`]) that a recorded memory history keeps.
+//! [`DeviceMemory`](crate::gpu::device_memory::DeviceMemory), each activation under a module frame
+//! (`layers.3.attn.scores`, [`crate::memory::frames`]) that a recorded memory history keeps.
 
-use crate::blas::{Gemm, Mat};
-use crate::config::{Mode, Precision, RunConfig, RMS_EPS, ROPE_THETA};
-use crate::device::{Buffer, DType};
+pub mod config;
+pub mod params;
+pub mod plan;
+pub mod reference;
+
 use crate::error::Result;
-use crate::memory_frames;
-use crate::ops::{AdamWStep, AttnShape, Runtime};
-use crate::params::{Init, ParamLayout};
-use crate::ranges::{self, range};
+use crate::gpu::blas::{Gemm, Mat};
+use crate::gpu::device_memory::{Buffer, DType};
+use crate::gpu::ops::{AdamWStep, AttnShape, Runtime};
+use crate::memory::frames as memory_frames;
+use crate::nvtx::{self, range};
+use config::{Mode, Precision, RunConfig, RMS_EPS, ROPE_THETA};
+use params::{Init, ParamLayout};
 
 /// AdamW's settings (the issue's: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -255,18 +260,18 @@ impl<'r> Model<'r> {
     /// ranges (the loss is computed inside `backward`, as the reference script does).
     pub fn step(&mut self) -> Result<()> {
         let fwd = {
-            let _r = range(ranges::FORWARD);
+            let _r = range(nvtx::FORWARD);
             self.forward(self.run.mode.backward())?
         };
         if !self.run.mode.backward() {
             return Ok(());
         }
         {
-            let _r = range(ranges::BACKWARD);
+            let _r = range(nvtx::BACKWARD);
             self.backward(fwd)?;
         }
         if self.run.mode == Mode::Train {
-            let _r = range(ranges::OPTIMIZER);
+            let _r = range(nvtx::OPTIMIZER);
             self.optimizer_step()?;
         }
         Ok(())
@@ -341,7 +346,7 @@ impl<'r> Model<'r> {
             drop(qkv);
             let p = self.alloc_in("attn.scores", act, bh * t * t)?;
             {
-                let _r = range(ranges::ATTENTION_QK);
+                let _r = range(nvtx::ATTENTION_QK);
                 rt.blas.gemm_batched(
                     Gemm {
                         ta: false,
@@ -362,12 +367,12 @@ impl<'r> Model<'r> {
                 )?;
             }
             {
-                let _r = range(ranges::ATTENTION_SOFTMAX);
+                let _r = range(nvtx::ATTENTION_SOFTMAX);
                 rt.softmax_causal_fwd(act, p.ptr(), t, bh * t)?;
             }
             let o_heads = self.alloc_in("attn.context", act, bt * d)?;
             {
-                let _r = range(ranges::ATTENTION_V);
+                let _r = range(nvtx::ATTENTION_V);
                 rt.blas.gemm_batched(
                     Gemm {
                         ta: false,

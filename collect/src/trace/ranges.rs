@@ -1,4 +1,4 @@
-//! The NVTX ranges of a traced run as trace records: [`RangeRecorder`] keeps the ranges the model
+//! The NVTX ranges of a traced run as trace records: [`RangeLog`] keeps the ranges the model
 //! opens and closes, nested per thread, and hands them over as
 //! [`analyze::formats::nsys_sqlite::write::RangeRecord`]s (those still open without an end, as
 //! nsys writes them); [`current_tid`] gives the system thread id CUPTI reports, so that ranges
@@ -11,18 +11,18 @@ use analyze::formats::nsys_sqlite::write::{Name, RangeRecord};
 
 /// Ranges as the model opens and closes them, per thread: push/pop nest on each thread.
 #[derive(Clone, Debug, Default)]
-pub struct RangeRecorder {
+pub struct RangeLog {
     pid: u32,
     open: HashMap<u32, Vec<(Name, i64)>>,
     done: Vec<RangeRecord>,
     names: HashMap<String, Name>,
 }
 
-impl RangeRecorder {
-    pub fn new(pid: u32) -> RangeRecorder {
-        RangeRecorder {
+impl RangeLog {
+    pub fn new(pid: u32) -> RangeLog {
+        RangeLog {
             pid,
-            ..RangeRecorder::default()
+            ..RangeLog::default()
         }
     }
 
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn ranges_nest_per_thread() {
-        let mut r = RangeRecorder::new(7);
+        let mut r = RangeLog::new(7);
         r.push("step_0", 0, 1);
         r.push("forward", 1, 1);
         r.push("other", 2, 2);

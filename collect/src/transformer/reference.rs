@@ -2,8 +2,8 @@
 //! sharing no code with the GPU path: the referee for the GPU's logits and loss, and, through
 //! central differences, for its gradients. Slow and only for tiny configurations.
 
-use crate::config::{ModelConfig, RMS_EPS, ROPE_THETA};
-use crate::params::ParamLayout;
+use crate::transformer::config::{ModelConfig, RMS_EPS, ROPE_THETA};
+use crate::transformer::params::ParamLayout;
 
 /// Logits `[tokens, vocab]` and mean cross-entropy.
 pub struct Output {
@@ -171,7 +171,7 @@ mod tests {
         let layout = ParamLayout::new(c);
         let mut p = vec![0.0f32; layout.total];
         for (i, v) in p.iter_mut().enumerate() {
-            *v = ((crate::model::splitmix64(i as u64) % 2001) as f32 - 1000.0) / 2000.0;
+            *v = ((crate::transformer::splitmix64(i as u64) % 2001) as f32 - 1000.0) / 2000.0;
         }
         for t in layout.tensors.iter().filter(|t| t.name.contains("ln")) {
             p[t.offset..t.offset + t.len()].fill(1.0);

@@ -11,17 +11,24 @@ use cudarc::nvrtc::{self, CompileOptions, Ptx};
 
 use crate::error::{CudaContext as _, Error, Result};
 
-const COMMON: &str = include_str!("../../kernels/common.cuh");
+/// The text of `kernels/<file>` at the workspace's top, embedded at build time.
+macro_rules! kernel_source {
+    ($file:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels/", $file))
+    };
+}
+
+const COMMON: &str = kernel_source!("common.cuh");
 
 /// (file name, source) of every kernel file.
 pub const SOURCES: [(&str, &str); 7] = [
-    ("init.cu", include_str!("../../kernels/init.cu")),
-    ("embedding.cu", include_str!("../../kernels/embedding.cu")),
-    ("rmsnorm.cu", include_str!("../../kernels/rmsnorm.cu")),
-    ("attention.cu", include_str!("../../kernels/attention.cu")),
-    ("swiglu.cu", include_str!("../../kernels/swiglu.cu")),
-    ("loss.cu", include_str!("../../kernels/loss.cu")),
-    ("adamw.cu", include_str!("../../kernels/adamw.cu")),
+    ("init.cu", kernel_source!("init.cu")),
+    ("embedding.cu", kernel_source!("embedding.cu")),
+    ("rmsnorm.cu", kernel_source!("rmsnorm.cu")),
+    ("attention.cu", kernel_source!("attention.cu")),
+    ("swiglu.cu", kernel_source!("swiglu.cu")),
+    ("loss.cu", kernel_source!("loss.cu")),
+    ("adamw.cu", kernel_source!("adamw.cu")),
 ];
 
 /// Whether NVRTC can be loaded (it can be on a machine without a GPU, where it is installed).

@@ -6,11 +6,11 @@
 
 use std::path::Path;
 
-use crate::config::{Mode, RunConfig};
+use crate::bench::safetensors::{self, f32_bytes, i32_bytes, Entry};
 use crate::error::{Error, Result};
-use crate::model::Model;
-use crate::ops::Runtime;
-use crate::safetensors::{self, f32_bytes, i32_bytes, Entry};
+use crate::gpu::ops::Runtime;
+use crate::transformer::config::{Mode, RunConfig};
+use crate::transformer::Model;
 
 /// Which gradients to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

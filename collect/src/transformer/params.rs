@@ -6,7 +6,7 @@
 //! starts on a 64-element boundary, so every tensor is 256-byte aligned in fp32 and in its bf16
 //! copy. Pure arithmetic; no GPU here.
 
-use crate::config::ModelConfig;
+use crate::transformer::config::ModelConfig;
 
 /// Tensor starts are rounded up to this many elements.
 pub const ALIGN: usize = 64;
@@ -159,7 +159,7 @@ impl ParamLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PRESETS;
+    use crate::transformer::config::PRESETS;
 
     #[test]
     fn layout_counts_every_parameter_once() {

@@ -8,7 +8,7 @@
 //! pushed a million times is stored once. Frames are what the caller pushes, never a native
 //! backtrace. The words are the snapshot format's ([`Action`], [`Stage`], [`Frame`],
 //! [`StackId`]); the allocator decides when to record; this module does no allocation accounting
-//! and no file output (see [`crate::memory_snapshot`]).
+//! and no file output (see [`crate::memory::snapshot`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,13 +73,14 @@ impl FrameKind {
     }
 }
 
-/// An interned [`Frame`]: an index into the frames of [`MemoryContext::tables`].
+/// An interned [`Frame`]: an index into the frames of [`MemoryContext::tables`] (the snapshot
+/// keeps the same numbers: [`crate::memory::snapshot`] copies the table as it is).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FrameId(pub u32);
+pub struct HistoryFrameId(pub u32);
 
 /// One event of the allocator's history.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceEntry {
+pub struct HistoryEntry {
     pub action: Action,
     /// Block or segment address; 0 for `oom`.
     pub addr: u64,
@@ -101,7 +102,7 @@ pub struct TraceEntry {
 /// A phase boundary, written to the snapshot's `external_annotations` (where PyTorch writes its
 /// `record_function` ranges) so that a reader can place the phases on the timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Annotation {
+pub struct PhaseAnnotation {
     pub stage: Stage,
     pub name: String,
     pub device: u32,
@@ -140,7 +141,7 @@ impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
 #[derive(Clone, Debug)]
 struct Pushed {
     kind: FrameKind,
-    frame: FrameId,
+    frame: HistoryFrameId,
     /// The module path this frame stands for (its full dotted path); empty for phases.
     path: String,
 }
@@ -150,11 +151,11 @@ struct ContextState {
     /// Outermost first.
     stack: Vec<Pushed>,
     frames: Interner<Frame>,
-    stacks: Interner<Vec<FrameId>>,
+    stacks: Interner<Vec<HistoryFrameId>>,
     /// The interned id of `stack`, computed on first use after a push or pop.
     current: Option<Option<StackId>>,
     /// Phase annotations, collected only while recording.
-    annotations: Option<Vec<Annotation>>,
+    annotations: Option<Vec<PhaseAnnotation>>,
     clock: Clock,
     device: u32,
 }
@@ -167,7 +168,7 @@ impl ContextState {
         let s = if self.stack.is_empty() {
             None
         } else {
-            let frames: Vec<FrameId> = self.stack.iter().rev().map(|p| p.frame).collect();
+            let frames: Vec<HistoryFrameId> = self.stack.iter().rev().map(|p| p.frame).collect();
             Some(StackId(self.stacks.intern(&frames)))
         };
         self.current = Some(s);
@@ -231,7 +232,7 @@ impl MemoryContext {
             filename: FrameKind::Module.filename().to_owned(),
             line: 0,
         };
-        let id = FrameId(s.frames.intern(&frame));
+        let id = HistoryFrameId(s.frames.intern(&frame));
         s.stack.push(Pushed {
             kind: FrameKind::Module,
             frame: id,
@@ -249,7 +250,7 @@ impl MemoryContext {
             filename: FrameKind::Phase.filename().to_owned(),
             line: 0,
         };
-        let id = FrameId(s.frames.intern(&frame));
+        let id = HistoryFrameId(s.frames.intern(&frame));
         s.stack.push(Pushed {
             kind: FrameKind::Phase,
             frame: id,
@@ -257,7 +258,7 @@ impl MemoryContext {
         });
         s.current = None;
         if s.annotations.is_some() {
-            let a = Annotation {
+            let a = PhaseAnnotation {
                 stage: Stage::Start,
                 name: name.to_owned(),
                 device: s.device,
@@ -277,7 +278,7 @@ impl MemoryContext {
         s.current = None;
         if p.kind == FrameKind::Phase && s.annotations.is_some() {
             let name = s.frames.values[p.frame.0 as usize].name.clone();
-            let a = Annotation {
+            let a = PhaseAnnotation {
                 stage: Stage::End,
                 name,
                 device: s.device,
@@ -353,13 +354,13 @@ impl MemoryContext {
 
     /// Interned frames and stacks, for the snapshot: `frames[id]`, `stacks[id]` (innermost
     /// first). No stack stands for the empty one: an event outside any frame has none.
-    pub fn tables(&self) -> (Vec<Frame>, Vec<Vec<FrameId>>) {
+    pub fn tables(&self) -> (Vec<Frame>, Vec<Vec<HistoryFrameId>>) {
         let s = self.lock();
         (s.frames.values.clone(), s.stacks.values.clone())
     }
 
     /// Annotations collected so far.
-    pub fn annotations(&self) -> Vec<Annotation> {
+    pub fn annotations(&self) -> Vec<PhaseAnnotation> {
         self.lock().annotations.clone().unwrap_or_default()
     }
 }
@@ -384,22 +385,22 @@ impl Drop for FrameGuard {
 /// The recorded entries, oldest first, with PyTorch's `max_entries` ring-buffer behaviour: when
 /// full, the oldest entry is dropped.
 #[derive(Clone, Debug)]
-pub struct TraceBuffer {
-    entries: VecDeque<TraceEntry>,
+pub struct HistoryBuffer {
+    entries: VecDeque<HistoryEntry>,
     max_entries: usize,
     dropped: u64,
 }
 
-impl TraceBuffer {
-    pub fn new(max_entries: usize) -> TraceBuffer {
-        TraceBuffer {
+impl HistoryBuffer {
+    pub fn new(max_entries: usize) -> HistoryBuffer {
+        HistoryBuffer {
             entries: VecDeque::new(),
             max_entries: max_entries.max(1),
             dropped: 0,
         }
     }
 
-    pub fn push(&mut self, e: TraceEntry) {
+    pub fn push(&mut self, e: HistoryEntry) {
         if self.entries.len() == self.max_entries {
             self.entries.pop_front();
             self.dropped += 1;
@@ -407,7 +408,7 @@ impl TraceBuffer {
         self.entries.push_back(e);
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = &TraceEntry> {
+    pub fn entries(&self) -> impl Iterator<Item = &HistoryEntry> {
         self.entries.iter()
     }
 
@@ -502,9 +503,9 @@ mod tests {
 
     #[test]
     fn ring_buffer_drops_oldest() {
-        let mut b = TraceBuffer::new(2);
+        let mut b = HistoryBuffer::new(2);
         for i in 0..3 {
-            b.push(TraceEntry {
+            b.push(HistoryEntry {
                 action: Action::Alloc,
                 addr: i,
                 size: 512,

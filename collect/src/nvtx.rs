@@ -1,11 +1,13 @@
 //! NVTX ranges: every range `collect` opens goes through [`range`], so that the names Nsight
 //! Systems sees (`warmup`, `measurement`, `step_N`, `forward`, `backward`, `optimizer`,
 //! `attention_matmul_QK`, `attention_softmax`, `attention_matmul_V`) are in one place and can also
-//! be handed to a [`RangeRecorder`] (a trace writer) with host timestamps.
+//! be handed, with host timestamps, to the [`RangeListener`] installed on the thread: the trace's
+//! range log ([`crate::trace::session`]) and the memory history's phase frames
+//! ([`crate::memory::frames`]), together through a [`Fanout`].
 //!
 //! The calls go to NVIDIA's header-only NVTX3 (compiled by `build.rs`): with no tool attached a
 //! push or pop is a branch; under `nsys` or CUPTI the injected tool records them. This module
-//! does not time anything on the GPU.
+//! does not time anything on the GPU and records nothing itself.
 
 use std::cell::RefCell;
 use std::ffi::CString;
@@ -32,16 +34,16 @@ extern "C" {
 }
 
 /// Receives every range as it opens and closes (host clock), e.g. to write them into a trace.
-pub trait RangeRecorder {
+pub trait RangeListener {
     fn push(&mut self, name: &str, at: Instant);
     fn pop(&mut self, at: Instant);
 }
 
-/// Several recorders behind one: each gets every push and pop, in order (a trace writer and the
+/// Several listeners behind one: each gets every push and pop, in order (a trace writer and the
 /// memory history's phase frames, when both are on).
-pub struct Fanout(pub Vec<Box<dyn RangeRecorder>>);
+pub struct Fanout(pub Vec<Box<dyn RangeListener>>);
 
-impl RangeRecorder for Fanout {
+impl RangeListener for Fanout {
     fn push(&mut self, name: &str, at: Instant) {
         for r in &mut self.0 {
             r.push(name, at);
@@ -56,12 +58,12 @@ impl RangeRecorder for Fanout {
 }
 
 thread_local! {
-    static RECORDER: RefCell<Option<Box<dyn RangeRecorder>>> = const { RefCell::new(None) };
+    static LISTENER: RefCell<Option<Box<dyn RangeListener>>> = const { RefCell::new(None) };
 }
 
-/// Install (or, with `None`, remove) the recorder of this thread's ranges; returns the old one.
-pub fn set_recorder(recorder: Option<Box<dyn RangeRecorder>>) -> Option<Box<dyn RangeRecorder>> {
-    RECORDER.with(|r| std::mem::replace(&mut *r.borrow_mut(), recorder))
+/// Install (or, with `None`, remove) the listener of this thread's ranges; returns the old one.
+pub fn set_listener(listener: Option<Box<dyn RangeListener>>) -> Option<Box<dyn RangeListener>> {
+    LISTENER.with(|r| std::mem::replace(&mut *r.borrow_mut(), listener))
 }
 
 /// An open range; it closes when dropped.
@@ -79,7 +81,7 @@ pub fn range(name: &str) -> Range {
     unsafe {
         collect_nvtx_range_push(c.as_ptr());
     }
-    RECORDER.with(|r| {
+    LISTENER.with(|r| {
         if let Some(rec) = r.borrow_mut().as_mut() {
             rec.push(name, Instant::now());
         }
@@ -95,7 +97,7 @@ impl Drop for Range {
         unsafe {
             collect_nvtx_range_pop();
         }
-        RECORDER.with(|r| {
+        LISTENER.with(|r| {
             if let Some(rec) = r.borrow_mut().as_mut() {
                 rec.pop(Instant::now());
             }
@@ -110,7 +112,7 @@ mod tests {
 
     struct Log(Rc<RefCell<Vec<String>>>);
 
-    impl RangeRecorder for Log {
+    impl RangeListener for Log {
         fn push(&mut self, name: &str, _: Instant) {
             self.0.borrow_mut().push(format!("+{name}"));
         }
@@ -120,14 +122,14 @@ mod tests {
     }
 
     #[test]
-    fn ranges_nest_and_reach_the_recorder_without_a_tool_attached() {
+    fn ranges_nest_and_reach_the_listener_without_a_tool_attached() {
         let log = Rc::new(RefCell::new(Vec::new()));
-        set_recorder(Some(Box::new(Log(log.clone()))));
+        set_listener(Some(Box::new(Log(log.clone()))));
         {
             let _m = range(MEASUREMENT);
             let _s = range(&step_name(0));
         }
-        set_recorder(None);
+        set_listener(None);
         let _ignored = range(FORWARD);
         assert_eq!(*log.borrow(), ["+measurement", "+step_0", "-", "-"]);
     }

@@ -5,16 +5,18 @@
 //! is its transpose, so each call swaps the operands and keeps the transpose flags. Operands are
 //! fp32 or bf16 (both the same); the output is fp32 or bf16; accumulation is always fp32. fp32
 //! products run in true FP32 (`CUBLAS_COMPUTE_32F`, PyTorch's default) unless TF32 is switched
-//! on. cuBLAS gets its workspace from our [`DeviceMemory`](crate::device::DeviceMemory), so that
-//! every byte on the device is counted. No kernels of ours here.
+//! on. cuBLAS gets its workspace from our
+//! [`DeviceMemory`](crate::gpu::device_memory::DeviceMemory), so that every byte on the device is
+//! counted. No kernels of ours here.
 
 use std::cell::Cell;
 use std::ffi::c_void;
 
 use cudarc::cublas::sys as cb;
 
-use crate::device::{Buffer, DType, Gpu};
 use crate::error::{Error, Result};
+use crate::gpu::device::Gpu;
+use crate::gpu::device_memory::{Buffer, DType};
 
 /// cuBLAS workspace (PyTorch gives cuBLAS 32 MiB on Hopper).
 const WORKSPACE_BYTES: usize = 32 << 20;

@@ -896,7 +896,7 @@ mod tests {
     /// stored it in `demangledName`) and nsys's `shortName`, from the mangled name.
     #[test]
     fn every_captured_kernel_name_is_spelled_as_nsys_spells_it() {
-        let table = include_str!("../../fixtures/collect/kernel_names_nsys.tsv");
+        let table = include_str!("../../../fixtures/collect/kernel_names_nsys.tsv");
         let mut n = 0;
         for line in table.lines().filter(|l| !l.is_empty()) {
             let f: Vec<&str> = line.split('\t').collect();
@@ -906,7 +906,12 @@ mod tests {
                 continue;
             }
             assert_eq!(demangle(f[0]).as_deref(), Some(f[1]), "{}", f[0]);
-            assert_eq!(crate::cupti::kernel_names(f[0]).short, f[2], "{}", f[0]);
+            assert_eq!(
+                crate::trace::cupti::kernel_names(f[0]).short,
+                f[2],
+                "{}",
+                f[0]
+            );
             n += 1;
         }
         assert!(n >= 60, "only {n} mangled names in the table");
@@ -916,7 +921,7 @@ mod tests {
     /// truncated name is refused rather than half printed.
     #[test]
     fn damaged_names_never_panic() {
-        let table = include_str!("../../fixtures/collect/kernel_names_nsys.tsv");
+        let table = include_str!("../../../fixtures/collect/kernel_names_nsys.tsv");
         for line in table.lines().filter(|l| l.starts_with("_Z")) {
             let m = line.split('\t').next().unwrap_or_default();
             for end in 0..m.len() {

@@ -1,21 +1,21 @@
 //! Our own frames for the memory history: the model names what it allocates (module paths such
 //! as `layers.3.attn.scores`) and the benchmark's NVTX ranges name the phase (`step_N`,
 //! `forward`, `backward`, `optimizer`), so that every allocator event recorded by
-//! [`crate::caching_allocator`] carries a stack a reader can attribute, as PyTorch's Python
+//! [`crate::memory::caching_allocator`] carries a stack a reader can attribute, as PyTorch's Python
 //! frames do.
 //!
 //! Frames go to the [`MemoryContext`] installed on this thread with [`install`]; with none
 //! installed (the default, and whenever no snapshot is being recorded) [`module`] and
 //! [`module_with`] cost one thread-local lookup and format nothing. Phases reach the context
-//! through [`PhaseFrames`], a [`RangeRecorder`] that [`crate::ranges`] feeds. This module records
+//! through [`PhaseFrames`], a [`RangeListener`] that [`crate::nvtx`] feeds. This module records
 //! nothing itself and touches no device.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
-use crate::memory_history::{FrameGuard, MemoryContext};
-use crate::ranges::{self, RangeRecorder};
+use crate::memory::history::{FrameGuard, MemoryContext};
+use crate::nvtx::{self, RangeListener};
 
 thread_local! {
     static CONTEXT: RefCell<Option<MemoryContext>> = const { RefCell::new(None) };
@@ -48,12 +48,10 @@ pub fn module_with(name: impl FnOnce() -> String) -> Option<FrameGuard> {
 /// forward, backward and optimizer parts. `warmup` and `measurement` enclose whole runs, and the
 /// attention ranges are covered by the module frames (`layers.N.attn.scores`).
 pub fn is_phase(range: &str) -> bool {
-    matches!(
-        range,
-        ranges::FORWARD | ranges::BACKWARD | ranges::OPTIMIZER
-    ) || range
-        .strip_prefix("step_")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    matches!(range, nvtx::FORWARD | nvtx::BACKWARD | nvtx::OPTIMIZER)
+        || range
+            .strip_prefix("step_")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Turns the benchmark's phase ranges into phase frames of a [`MemoryContext`] (and, while the
@@ -89,13 +87,13 @@ impl PhaseFrames {
     }
 }
 
-impl RangeRecorder for PhaseFrames {
+impl RangeListener for PhaseFrames {
     fn push(&mut self, name: &str, _at: Instant) {
         let phase = is_phase(name);
         if phase {
             self.context.push_phase(name);
         }
-        let part = matches!(name, ranges::FORWARD | ranges::BACKWARD | ranges::OPTIMIZER);
+        let part = matches!(name, nvtx::FORWARD | nvtx::BACKWARD | nvtx::OPTIMIZER);
         self.open.push((phase, part));
     }
 
@@ -119,7 +117,7 @@ impl RangeRecorder for PhaseFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory_history::Clock;
+    use crate::memory::history::Clock;
 
     #[test]
     fn frames_follow_ranges_and_modules_only_when_installed() {

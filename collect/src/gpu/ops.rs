@@ -5,10 +5,11 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use crate::blas::Blas;
-use crate::device::{AllocatorKind, DType, Gpu};
 use crate::error::{CudaContext as _, Result};
-use crate::kernels::Kernels;
+use crate::gpu::blas::Blas;
+use crate::gpu::device::Gpu;
+use crate::gpu::device_memory::{AllocatorKind, DType};
+use crate::gpu::kernels::Kernels;
 
 /// The GPU with our kernels and a cuBLAS handle: what a model runs on. One per process.
 ///

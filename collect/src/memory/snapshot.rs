@@ -13,8 +13,8 @@ use std::path::Path;
 use analyze::formats::torch_snapshot::write;
 use analyze::memory::{Action, Annotation, Block, Frames, Segment, Snapshot, StackId, TraceEntry};
 
-use crate::caching_allocator::AllocatorState;
 use crate::error::{Error, Result};
+use crate::memory::caching_allocator::AllocatorState;
 
 /// A stack of the allocator's tables as a stack of the snapshot's, whose stack 0 is the empty one.
 fn stack(id: Option<StackId>) -> StackId {

@@ -31,18 +31,22 @@ use analyze::formats::run_metadata::{self, RunDescription, RunMetadata};
 use analyze::render::{Cell, Document, Section, Table};
 use cudarc::driver::sys::CUevent_flags;
 
-use crate::caching_device::SharedCaching;
-use crate::config::{Mode, ModelConfig, Precision, RunConfig};
-use crate::device::{AllocatorKind, DeviceInfo};
+pub mod numerics;
+pub mod safetensors;
+
 use crate::error::{CudaContext as _, Error, Result};
-use crate::memory_frames::{self, PhaseFrames};
-use crate::memory_history::MemoryContext;
-use crate::memory_snapshot;
-use crate::model::Model;
-use crate::ops::Runtime;
-use crate::plan;
-use crate::ranges::{self, range, RangeRecorder};
-use crate::trace_session::TraceSession;
+use crate::gpu::caching::SharedCaching;
+use crate::gpu::device::DeviceInfo;
+use crate::gpu::device_memory::AllocatorKind;
+use crate::gpu::ops::Runtime;
+use crate::memory::frames::{self as memory_frames, PhaseFrames};
+use crate::memory::history::MemoryContext;
+use crate::memory::snapshot as memory_snapshot;
+use crate::nvtx::{self, range, RangeListener};
+use crate::trace::session::TraceSession;
+use crate::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
+use crate::transformer::plan;
+use crate::transformer::Model;
 
 /// History entries kept while recording (PyTorch's `max_entries` default is larger than any
 /// one step of these models needs: the large model's train step at ctx 256 makes 2,829).
@@ -276,18 +280,18 @@ pub fn run_one(
     run_one_with(rt, run, warmup, steps, seed, &Recording::default())
 }
 
-/// Puts the thread's range recorder and memory frames back, and switches history recording
+/// Puts the thread's range listener and memory frames back, and switches history recording
 /// off, however the configuration ends.
 struct RecordingGuard {
-    old_recorder: Option<Option<Box<dyn RangeRecorder>>>,
+    old_listener: Option<Option<Box<dyn RangeListener>>>,
     old_frames: Option<Option<MemoryContext>>,
     caching: Option<SharedCaching>,
 }
 
 impl Drop for RecordingGuard {
     fn drop(&mut self) {
-        if let Some(old) = self.old_recorder.take() {
-            ranges::set_recorder(old);
+        if let Some(old) = self.old_listener.take() {
+            nvtx::set_listener(old);
         }
         if let Some(old) = self.old_frames.take() {
             memory_frames::install(old);
@@ -322,19 +326,19 @@ pub fn run_one_with(
         ));
     }
     let mut guard = RecordingGuard {
-        old_recorder: None,
+        old_listener: None,
         old_frames: None,
         caching: caching.clone(),
     };
-    let mut recorders: Vec<Box<dyn RangeRecorder>> = Vec::new();
+    let mut listeners: Vec<Box<dyn RangeListener>> = Vec::new();
     let trace = match &rec.trace {
         Some(_) => Some(TraceSession::start()?),
         None => None,
     };
-    // The trace's recorder goes first: a range ends there, as in NVTX, before the phase frames
+    // The trace's listener goes first: a range ends there, as in NVTX, before the phase frames
     // below wait for the device.
     if let Some(t) = &trace {
-        recorders.push(t.range_recorder());
+        listeners.push(t.range_listener());
     }
     // Set during the recorded step: its phases end when their GPU work has (see PhaseFrames).
     let sync_phases = Rc::new(std::cell::Cell::new(false));
@@ -346,13 +350,13 @@ pub fn run_one_with(
             // A failure here is the next call's error too; the recording goes on regardless.
             let _ = stream.synchronize();
         });
-        recorders.push(Box::new(
+        listeners.push(Box::new(
             PhaseFrames::new(ctx).sync_at_phase_end(sync_phases.clone(), sync),
         ));
     }
-    if !recorders.is_empty() {
-        let fanout = Box::new(ranges::Fanout(recorders));
-        guard.old_recorder = Some(ranges::set_recorder(Some(fanout)));
+    if !listeners.is_empty() {
+        let fanout = Box::new(nvtx::Fanout(listeners));
+        guard.old_listener = Some(nvtx::set_listener(Some(fanout)));
     }
 
     mem.reset_peak();
@@ -360,7 +364,7 @@ pub fn run_one_with(
     rt.gpu.synchronize()?;
     let after_build = mem.stats().in_use;
     if warmup > 0 {
-        let _r = range(ranges::WARMUP);
+        let _r = range(nvtx::WARMUP);
         for _ in 0..warmup {
             model.step()?;
             rt.gpu.synchronize()?;
@@ -380,7 +384,7 @@ pub fn run_one_with(
     let mut event_ms = Vec::with_capacity(steps);
     let mut snapshot = None;
     {
-        let _r = range(ranges::MEASUREMENT);
+        let _r = range(nvtx::MEASUREMENT);
         for i in 0..steps {
             let last = i + 1 == steps;
             if let (true, Some(c)) = (last, &caching) {
@@ -393,7 +397,7 @@ pub fn run_one_with(
                 }
             }
             {
-                let _s = range(&ranges::step_name(i));
+                let _s = range(&nvtx::step_name(i));
                 let t0 = Instant::now();
                 start.record(&rt.gpu.stream).during("cuEventRecord")?;
                 model.step()?;
