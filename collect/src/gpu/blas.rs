@@ -19,7 +19,7 @@ use crate::gpu::device::Gpu;
 use crate::gpu::device_memory::{Buffer, DType};
 
 /// cuBLAS workspace (PyTorch gives cuBLAS 32 MiB on Hopper).
-const WORKSPACE_BYTES: usize = 32 << 20;
+pub const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// A matrix operand: a device address and its element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

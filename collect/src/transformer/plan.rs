@@ -5,18 +5,19 @@
 //! up to, plus the size of one residual-stream tensor (batch × ctx × d_model × 4 bytes: the
 //! residual stays fp32 under autocast too).
 //!
-//! The memory model follows `model.rs` allocation for allocation, so the estimate can be checked
-//! against the peak `collect bench` measures. Pure arithmetic; rendering through
-//! `analyze::render`.
+//! The memory model follows the transformer's forward and backward allocation for allocation, so
+//! the estimate can be checked against the peak `collect bench` measures. Pure arithmetic;
+//! rendering through `analyze::render`.
 
 use analyze::render::{Cell, Document, Section, Table};
 use serde_json::{json, Value};
 
+use crate::gpu::blas::WORKSPACE_BYTES;
 use crate::transformer::config::{Mode, Precision, RunConfig};
 use crate::transformer::params::ParamLayout;
 
-/// cuBLAS workspace allocated by `blas.rs`.
-pub const CUBLAS_WORKSPACE: u64 = 32 << 20;
+/// cuBLAS workspace, as [`crate::gpu::blas`] allocates it.
+pub const CUBLAS_WORKSPACE: u64 = WORKSPACE_BYTES as u64;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flops {
@@ -89,7 +90,7 @@ pub fn plan(run: &RunConfig) -> Plan {
     } else {
         0
     };
-    // One block's kept tensors (model.rs LayerSaved): x_in and x_mid in fp32, two 1/rms
+    // One block's kept tensors (the forward's LayerSaved): x_in and x_mid in fp32, two 1/rms
     // vectors, h1, q, k, v, attn, h2 in the activation type, P (B×H×T×T), h13 and g.
     let layer = bt * d * 8 + bt * 8 + bt * d * 6 * a + b * h * t * t * a + 3 * bt * f * a;
     let final_norm = bt * d * 4 + bt * 4 + bt * d * a;
@@ -98,7 +99,7 @@ pub fn plan(run: &RunConfig) -> Plan {
     let persistent = parameters + gradients + optimizer_state + bf16_weights + other;
     let (activations, logits, transient_peak) = if run.mode.backward() {
         let kept = l * layer + final_norm;
-        // Candidates for the most alive at once in the backward (model.rs, in order):
+        // Candidates for the most alive at once in the backward (in its order):
         // the loss allocating the logits' gradient beside them; in the last block, the gradient
         // of the residual (fp32, and its bf16 copy) beside the FFN's dg and dh13 once g is
         // freed; and the attention's dP and dV once the FFN's tensors are gone.

@@ -1,0 +1,252 @@
+//! The forward pass: embedding, the blocks (pre-norm attention and SwiGLU feed-forward, each
+//! adding into the fp32 residual stream), the final RMSNorm and the LM head; and the loss without
+//! a gradient. What the backward needs is kept in [`Forward`], one [`LayerSaved`] per block.
+//!
+//! Each block allocates its activations in the order the plan counts them, under its
+//! `layers.N` frame; without `keep` they are freed at the block's end, newest first. The
+//! attention core between RoPE and the merge of heads is [`super::attention`]'s.
+
+use super::attention::AttentionSaved;
+use super::linear::Linear;
+use super::Model;
+use crate::error::Result;
+use crate::gpu::blas::Mat;
+use crate::gpu::device_memory::{Buffer, DType};
+use crate::memory::frames as memory_frames;
+use crate::transformer::config::RMS_EPS;
+use crate::transformer::params::LayerOffsets;
+
+/// One block's activations kept for the backward. Fields drop in this order when a whole block
+/// is dropped; the backward moves them out one by one.
+pub(super) struct LayerSaved {
+    pub(super) x_in: Buffer,
+    pub(super) rstd1: Buffer,
+    pub(super) h1: Buffer,
+    pub(super) q: Buffer,
+    pub(super) k: Buffer,
+    pub(super) v: Buffer,
+    /// What the attention core keeps for its backward.
+    pub(super) attention: AttentionSaved,
+    /// Attention output, token-major `[B*T, D]` (the input of Wo).
+    pub(super) attn: Buffer,
+    pub(super) x_mid: Buffer,
+    pub(super) rstd2: Buffer,
+    pub(super) h2: Buffer,
+    pub(super) h13: Buffer,
+    pub(super) g: Buffer,
+}
+
+/// What a forward leaves: the logits and, when the backward will follow, every block's
+/// activations.
+pub struct Forward {
+    pub(super) layers: Vec<LayerSaved>,
+    pub(super) x_final: Buffer,
+    pub(super) rstd_final: Buffer,
+    pub(super) h_final: Buffer,
+    /// `[B*T, vocab]` in the activation type.
+    pub logits: Buffer,
+}
+
+impl Model<'_> {
+    /// The forward pass. With `keep`, every block's activations are kept for [`Model::backward`].
+    pub fn forward(&mut self, keep: bool) -> Result<Forward> {
+        let rt = self.rt;
+        let c = &self.run.model;
+        let act = self.act();
+        let (bt, d, v) = (self.run.tokens(), c.d_model, c.vocab);
+        if let Some(b) = &self.params_bf16 {
+            rt.cast_f32_bf16(self.params.ptr(), b.ptr(), self.layout.total)?;
+        }
+        let mut x = self.alloc_in("token_embeddings", DType::F32, bt * d)?;
+        rt.embedding_fwd(
+            self.tokens.ptr(),
+            self.params.at(self.layout.embedding),
+            x.ptr(),
+            bt,
+            d,
+        )?;
+        let mut saved = Vec::with_capacity(if keep { c.layers } else { 0 });
+        for (li, &lo) in self.layout.layers.iter().enumerate() {
+            self.block_forward(li, lo, &mut x, keep.then_some(&mut saved))?;
+        }
+        let rstd_final = self.alloc_in("ln_final", DType::F32, bt)?;
+        let h_final = self.alloc_in("ln_final", act, bt * d)?;
+        rt.rmsnorm_fwd(
+            act,
+            x.ptr(),
+            self.params.at(self.layout.ln_final),
+            h_final.ptr(),
+            rstd_final.ptr(),
+            bt,
+            d,
+            RMS_EPS,
+        )?;
+        let logits = self.alloc_in("lm_head", act, bt * v)?;
+        self.linear_forward(
+            Linear {
+                weight: self.layout.head,
+                rows: bt,
+                d_in: d,
+                d_out: v,
+            },
+            Mat::new(h_final.ptr(), act),
+            0.0,
+            Mat::new(logits.ptr(), act),
+        )?;
+        Ok(Forward {
+            layers: saved,
+            x_final: x,
+            rstd_final,
+            h_final,
+            logits,
+        })
+    }
+
+    /// Block `li`: `x` becomes the block's output. Its activations go to `saved` when given, and
+    /// are otherwise freed here, newest first, inside the block's frame.
+    fn block_forward(
+        &self,
+        li: usize,
+        lo: LayerOffsets,
+        x: &mut Buffer,
+        saved: Option<&mut Vec<LayerSaved>>,
+    ) -> Result<()> {
+        let rt = self.rt;
+        let c = &self.run.model;
+        let act = self.act();
+        let (bt, d, f) = (self.run.tokens(), c.d_model, c.d_ff);
+        let shape = self.attn_shape();
+        let _layer = memory_frames::module_with(|| format!("layers.{li}"));
+        let rstd1 = self.alloc_in("ln1", DType::F32, bt)?;
+        let h1 = self.alloc_in("ln1", act, bt * d)?;
+        rt.rmsnorm_fwd(
+            act,
+            x.ptr(),
+            self.params.at(lo.ln1),
+            h1.ptr(),
+            rstd1.ptr(),
+            bt,
+            d,
+            RMS_EPS,
+        )?;
+        let qkv = self.alloc_in("attn.qkv_proj", act, bt * 3 * d)?;
+        self.linear_forward(
+            Linear {
+                weight: lo.wqkv,
+                rows: bt,
+                d_in: d,
+                d_out: 3 * d,
+            },
+            Mat::new(h1.ptr(), act),
+            0.0,
+            Mat::new(qkv.ptr(), act),
+        )?;
+        let q = self.alloc_in("attn.rope", act, bt * d)?;
+        let k = self.alloc_in("attn.rope", act, bt * d)?;
+        let vv = self.alloc_in("attn.rope", act, bt * d)?;
+        rt.rope_fwd(
+            act,
+            qkv.ptr(),
+            self.rope.ptr(),
+            q.ptr(),
+            k.ptr(),
+            vv.ptr(),
+            shape,
+        )?;
+        drop(qkv);
+        let (o_heads, attention) = self.attention_forward(&q, &k, &vv, shape)?;
+        let attn = self.alloc_in("attn.merge_heads", act, bt * d)?;
+        rt.heads_to_tokens(act, o_heads.ptr(), attn.ptr(), shape)?;
+        drop(o_heads);
+        // x_mid = x + attn Woᵀ: the residual add rides on the GEMM's beta.
+        let x_mid = self.alloc_in("attn.output_proj", DType::F32, bt * d)?;
+        rt.gpu.copy(x_mid.ptr(), x.ptr(), x.bytes())?;
+        self.linear_forward(
+            Linear {
+                weight: lo.wo,
+                rows: bt,
+                d_in: d,
+                d_out: d,
+            },
+            Mat::new(attn.ptr(), act),
+            1.0,
+            Mat::new(x_mid.ptr(), DType::F32),
+        )?;
+        let rstd2 = self.alloc_in("ln2", DType::F32, bt)?;
+        let h2 = self.alloc_in("ln2", act, bt * d)?;
+        rt.rmsnorm_fwd(
+            act,
+            x_mid.ptr(),
+            self.params.at(lo.ln2),
+            h2.ptr(),
+            rstd2.ptr(),
+            bt,
+            d,
+            RMS_EPS,
+        )?;
+        let h13 = self.alloc_in("ffn.w1_w3", act, bt * 2 * f)?;
+        self.linear_forward(
+            Linear {
+                weight: lo.w13,
+                rows: bt,
+                d_in: d,
+                d_out: 2 * f,
+            },
+            Mat::new(h2.ptr(), act),
+            0.0,
+            Mat::new(h13.ptr(), act),
+        )?;
+        let g = self.alloc_in("ffn.swiglu", act, bt * f)?;
+        rt.swiglu_fwd(act, h13.ptr(), g.ptr(), bt, f)?;
+        let x_out = self.alloc_in("ffn.w2", DType::F32, bt * d)?;
+        rt.gpu.copy(x_out.ptr(), x_mid.ptr(), x_mid.bytes())?;
+        self.linear_forward(
+            Linear {
+                weight: lo.w2,
+                rows: bt,
+                d_in: f,
+                d_out: d,
+            },
+            Mat::new(g.ptr(), act),
+            1.0,
+            Mat::new(x_out.ptr(), DType::F32),
+        )?;
+        let x_in = std::mem::replace(x, x_out);
+        if let Some(saved) = saved {
+            saved.push(LayerSaved {
+                x_in,
+                rstd1,
+                h1,
+                q,
+                k,
+                v: vv,
+                attention,
+                attn,
+                x_mid,
+                rstd2,
+                h2,
+                h13,
+                g,
+            });
+        }
+        // Without `saved`, the activations above are freed here, the block's input first and then
+        // the rest newest first, before the block's frame is popped.
+        Ok(())
+    }
+
+    /// The mean cross-entropy of `fwd`'s logits against the targets, into the loss scalar
+    /// (read it with [`Model::loss`]), without a gradient.
+    pub fn compute_loss(&mut self, fwd: &Forward) -> Result<()> {
+        let bt = self.run.tokens();
+        self.rt.cross_entropy(
+            self.act(),
+            fwd.logits.ptr(),
+            self.targets.ptr(),
+            self.row_loss.ptr(),
+            0,
+            bt,
+            self.run.model.vocab,
+        )?;
+        self.rt.mean(self.row_loss.ptr(), bt, self.loss.ptr())
+    }
+}
