@@ -3,20 +3,16 @@
 
 use std::path::{Path, PathBuf};
 
-use analyze::compare::{self, memory as memory_compare, DocumentOptions};
+use analyze::compare::memory::{compare_memory, sites_at_peak};
+use analyze::compare::tables::{check_failed, check_passed, memory_document, NAME_WIDTH};
+use analyze::compare::{self, DocumentOptions};
 use analyze::formats::{self, Kind};
 use analyze::memory::categories::Rules;
-use analyze::memory::summary::{analyze as analyze_memory, MemoryOptions};
+use analyze::memory::summary::{self, MemoryOptions};
 use analyze::profile::{self, ProfileOptions};
 use analyze::render::{render_to_string, Format};
 
 use crate::Outcome;
-
-/// Kernel names are cut to this many characters in tables unless `--full-names` is given.
-const NAME_WIDTH: usize = 100;
-
-/// Slowed kernels named when `--fail-if-slower` trips.
-const SLOWED_SHOWN: usize = 10;
 
 #[derive(clap::Args)]
 #[command(
@@ -114,45 +110,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let Some(threshold) = args.fail_if_slower else {
         return Ok(Outcome::Success);
     };
-    let Some(regression) = compare::check_slower(&comparison, threshold) else {
-        eprintln!(
-            "check passed: GPU kernel time {} (allowed: +{threshold}%)",
-            describe_change(comparison.kernel_time_delta_pct())
-        );
-        return Ok(Outcome::Success);
-    };
-    let mut msg = format!(
-        "check failed: GPU kernel time {} ({} ns -> {} ns), more than the allowed +{threshold}%\n",
-        describe_change(regression.change_pct),
-        comparison.a.kernel_time.0,
-        comparison.b.kernel_time.0,
-    );
-    msg.push_str("slowed kernels, largest rise first:\n");
-    for d in regression.slowed.iter().take(SLOWED_SHOWN) {
-        let pct = d
-            .time_delta_pct()
-            .map_or("new".to_owned(), |p| format!("{p:+.1}%"));
-        msg.push_str(&format!(
-            "  {:+} ns ({pct})  {}\n",
-            d.time_delta().0,
-            compare::truncate(&d.name, Some(NAME_WIDTH))
-        ));
+    match compare::check_slower(&comparison, threshold) {
+        None => {
+            eprint!("{}", check_passed(&comparison, threshold));
+            Ok(Outcome::Success)
+        }
+        Some(regression) => {
+            eprint!("{}", check_failed(&comparison, &regression));
+            Ok(Outcome::CheckFailed)
+        }
     }
-    if regression.slowed.len() > SLOWED_SHOWN {
-        msg.push_str(&format!(
-            "  ... and {} more\n",
-            regression.slowed.len() - SLOWED_SHOWN
-        ));
-    }
-    eprint!("{msg}");
-    Ok(Outcome::CheckFailed)
 }
 
 fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
-    let rules = match &args.categories {
-        Some(p) => Rules::with_user_file(p)?,
-        None => Rules::builtin(),
-    };
+    let rules = Rules::load(args.categories.as_deref())?;
     let mut sides = Vec::with_capacity(2);
     for path in [&args.a, &args.b] {
         let snap = formats::load_snapshot(path)?;
@@ -160,20 +131,11 @@ fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
             label: label(path),
             ..MemoryOptions::default()
         };
-        let analysis = analyze_memory(&snap, &rules, &mopts);
-        let sites = memory_compare::sites_at_peak(&snap, &analysis);
+        let analysis = summary::analyze(&snap, &rules, &mopts);
+        let sites = sites_at_peak(&snap, &analysis);
         sides.push((analysis.report, sites));
     }
-    let c = memory_compare::compare_memory(&sides[0].0, &sides[0].1, &sides[1].0, &sides[1].1);
-    let doc = memory_compare::document(&c, opts);
-    analyze::cli::print(&render_to_string(args.format, &doc))?;
+    let c = compare_memory(&sides[0].0, &sides[0].1, &sides[1].0, &sides[1].1);
+    analyze::cli::print(&render_to_string(args.format, &memory_document(&c, opts)))?;
     Ok(Outcome::Success)
-}
-
-fn describe_change(pct: Option<f64>) -> String {
-    match pct {
-        Some(p) if p >= 0.0 => format!("rose {p:.2}%"),
-        Some(p) => format!("fell {:.2}%", -p),
-        None => "went from none to some".to_owned(),
-    }
 }

@@ -1,14 +1,13 @@
 //! `analyze memory`: peaks, top allocations, categories and plots from PyTorch memory snapshots.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use analyze::memory::categories::{breakdown, Rules};
-use analyze::memory::charts::{categories_chart, timeline_chart};
-use analyze::memory::mib;
-use analyze::memory::summary::{analyze, Analysis, MemoryOptions, MemoryReport};
-use analyze::memory::tables::{peak_table, precision_pairs, precision_table, report_document};
-use analyze::plot::{write_chart, ImageFormat};
-use analyze::render::{self, Cell, Document, Format, Section, Table};
+use analyze::memory::categories::Rules;
+use analyze::memory::charts::write_charts;
+use analyze::memory::summary::{self, snapshot_label, Analysis, MemoryOptions, MemoryReport};
+use analyze::memory::tables;
+use analyze::render::plot::ImageFormat;
+use analyze::render::{render_to_string, Format};
 use anyhow::bail;
 
 use crate::Outcome;
@@ -84,36 +83,6 @@ pub struct Args {
     pub format: Format,
 }
 
-fn default_label(path: &Path) -> String {
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    name.trim_end_matches(".gz")
-        .trim_end_matches(".pickle")
-        .trim_end_matches(".pkl")
-        .to_owned()
-}
-
-/// A label made safe for a file name.
-fn file_stem(label: &str) -> String {
-    let s: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() {
-        "snapshot".into()
-    } else {
-        s
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if !args.label.is_empty() && args.label.len() != args.files.len() {
         bail!(
@@ -128,11 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             args.files.len()
         );
     }
-    let rules = match &args.categories {
-        Some(p) => Rules::with_user_file(p)?,
-        None => Rules::builtin(),
-    };
-
+    let rules = Rules::load(args.categories.as_deref())?;
     let mut analyses: Vec<Analysis> = Vec::with_capacity(args.files.len());
     for (i, path) in args.files.iter().enumerate() {
         let snap = analyze::formats::load_snapshot(path)?;
@@ -143,9 +108,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 .label
                 .get(i)
                 .cloned()
-                .unwrap_or_else(|| default_label(path)),
+                .unwrap_or_else(|| snapshot_label(path)),
         };
-        analyses.push(analyze(&snap, &rules, &opts));
+        analyses.push(summary::analyze(&snap, &rules, &opts));
     }
 
     let formats: Vec<ImageFormat> = match (args.png, args.svg) {
@@ -159,124 +124,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         (None, false) => None,
     };
     if let Some(dir) = &plot_dir {
-        write_plots(dir, &analyses, &formats)?;
+        for p in write_charts(dir, &analyses, &formats)? {
+            eprintln!("wrote {}", p.display());
+        }
     }
 
     let reports: Vec<MemoryReport> = analyses.into_iter().map(|a| a.report).collect();
-    let doc = if reports.len() == 1 && !args.compare {
-        let mut doc = report_document(&reports[0]);
-        doc.json = Some(serde_json::to_value(&reports[0])?);
-        doc
-    } else {
-        many_document(&reports, args.compare)?
-    };
-    analyze::cli::print(&render::render_to_string(args.format, &doc))?;
+    let doc = tables::document(&reports, args.compare);
+    analyze::cli::print(&render_to_string(args.format, &doc))?;
     Ok(Outcome::Success)
-}
-
-fn write_plots(dir: &Path, analyses: &[Analysis], formats: &[ImageFormat]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("{}: cannot create the plot folder: {e}", dir.display()))?;
-    let mut written = Vec::new();
-    for a in analyses {
-        let stem = file_stem(&a.report.label);
-        let timeline = timeline_chart(a);
-        let cats = categories_chart(&[&a.report]);
-        for &f in formats {
-            let p = dir.join(format!("{stem}.timeline.{}", f.extension()));
-            write_chart(&timeline, &p, f)?;
-            written.push(p);
-            let p = dir.join(format!("{stem}.categories.{}", f.extension()));
-            write_chart(&cats, &p, f)?;
-            written.push(p);
-        }
-    }
-    if analyses.len() > 1 {
-        let reports: Vec<&MemoryReport> = analyses.iter().map(|a| &a.report).collect();
-        let chart = categories_chart(&reports);
-        for &f in formats {
-            let p = dir.join(format!("categories.{}", f.extension()));
-            write_chart(&chart, &p, f)?;
-            written.push(p);
-        }
-    }
-    for p in written {
-        eprintln!("wrote {}", p.display());
-    }
-    Ok(())
-}
-
-/// Categories at the peak, one row per snapshot, one column per category (MiB).
-fn categories_table(reports: &[MemoryReport]) -> Table {
-    // Columns in the categories' display order: the order of a breakdown of all of them.
-    let names: Vec<String> = breakdown(reports.iter().flat_map(|r| {
-        r.categories_at_peak
-            .iter()
-            .map(|c| (c.bytes, c.category.as_str()))
-    }))
-    .into_iter()
-    .map(|c| c.category)
-    .collect();
-    let mut columns = vec!["run".to_owned()];
-    columns.extend(names.iter().map(|n| format!("{n} MiB")));
-    let mut t = Table::new(columns);
-    for r in reports {
-        let mut row = vec![Cell::text(&r.label)];
-        for n in &names {
-            row.push(
-                r.categories_at_peak
-                    .iter()
-                    .find(|c| &c.category == n)
-                    .map_or(Cell::Float(0.0, 2), |c| Cell::Float(mib(c.bytes), 2)),
-            );
-        }
-        t.push(row);
-    }
-    t
-}
-
-fn many_document(reports: &[MemoryReport], compare: bool) -> anyhow::Result<Document> {
-    let pairs: Vec<(usize, usize)> = if compare {
-        (0..reports.len() / 2).map(|i| (2 * i, 2 * i + 1)).collect()
-    } else {
-        precision_pairs(reports)
-    };
-    let mut sections = vec![
-        Section {
-            title: Some("Peak memory per snapshot".into()),
-            table: peak_table(reports),
-            notes: vec![
-                "forward peak: highest allocated bytes in forward phases; step peak: the whole recorded step (train runs)".into(),
-            ],
-        },
-        Section {
-            title: Some("Categories at the peak".into()),
-            table: categories_table(reports),
-            notes: Vec::new(),
-        },
-    ];
-    let comparison = precision_table(reports, &pairs);
-    if !pairs.is_empty() {
-        sections.push(Section {
-            title: Some(if compare {
-                "Baseline against compared run".into()
-            } else {
-                "Baseline (fp32) against autocast".into()
-            }),
-            table: comparison.clone(),
-            notes: vec![
-                "Δ = compared - baseline; negative means the compared run needs less memory".into(),
-            ],
-        });
-    }
-    let json = serde_json::json!({
-        "snapshots": reports,
-        "peak_table": peak_table(reports).to_json(),
-        "categories_table": categories_table(reports).to_json(),
-        "comparisons": comparison.to_json(),
-    });
-    Ok(Document {
-        sections,
-        json: Some(json),
-    })
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use analyze::phases::Attribution;
+use analyze::profile::ranges::Attribution;
 use analyze::profile::{self, ProfileOptions, DEFAULT_STEPS};
 use analyze::render::{render_to_string, Format};
 use anyhow::Context;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use analyze::memory::categories::Rules;
-use analyze::phases::Attribution;
+use analyze::profile::ranges::Attribution;
 use analyze::profile::{self, ProfileOptions};
 use analyze::report::inputs::{self, LoadOptions};
 use analyze::report::output::{self, OutputOptions};
@@ -84,10 +84,7 @@ fn parse_attribution(s: &str) -> Result<Attribution, String> {
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let classifier = profile::classifier(args.classes.as_deref())?;
-    let rules = match &args.categories {
-        Some(p) => Rules::with_user_file(p)?,
-        None => Rules::builtin(),
-    };
+    let rules = Rules::load(args.categories.as_deref())?;
     let opts = LoadOptions {
         classifier: &classifier,
         profile: ProfileOptions {

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use analyze::render::{render_to_string, Document, Format, Section};
+use analyze::render::{render_to_string, Format};
 use analyze::stats::{self, Report};
 
 use crate::Outcome;
@@ -28,44 +28,13 @@ pub struct Args {
     pub file: PathBuf,
 }
 
-/// The reports `--report` names, in the order given.
-fn reports(arg: &str) -> anyhow::Result<Vec<(String, Report)>> {
-    if arg == "all" {
-        return Ok(Report::ALL
-            .iter()
-            .map(|&name| {
-                (
-                    name.to_owned(),
-                    Report::from_name(name).expect("known name"),
-                )
-            })
-            .collect());
-    }
-    arg.split(',')
-        .map(|name| {
-            let name = name.trim();
-            let report: Report = name.parse().map_err(anyhow::Error::msg)?;
-            Ok((name.to_owned(), report))
-        })
-        .collect()
-}
-
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
-    let reports = reports(&args.report)?;
+    let reports = Report::parse_list(&args.report).map_err(anyhow::Error::msg)?;
     let trace = analyze::formats::load_trace(&args.file)?;
-    let kinds: Vec<Report> = reports.iter().map(|r| r.1).collect();
-    let mut doc = Document::default();
-    for ((name, _), result) in reports.iter().zip(stats::reports(&trace, &kinds)) {
-        match result {
-            Ok(table) => doc.sections.push(Section {
-                // One report prints exactly as nsys prints it; several get their names.
-                title: (reports.len() > 1).then(|| name.clone()),
-                table,
-                notes: Vec::new(),
-            }),
-            Err(missing) => eprintln!("skipped: {} {missing}", args.file.display()),
-        }
+    let (doc, skipped) = stats::document(&trace, &reports);
+    for missing in skipped {
+        eprintln!("skipped: {} {missing}", args.file.display());
     }
     if !doc.sections.is_empty() {
         analyze::cli::print(&render_to_string(args.format, &doc))?;

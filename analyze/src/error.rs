@@ -64,6 +64,14 @@ pub enum Error {
     #[error("{}: nothing to profile: {message}", path.display())]
     NothingToProfile { path: PathBuf, message: String },
 
+    /// A folder for plots that cannot be made.
+    #[error("{}: cannot create the plot folder: {source}", path.display())]
+    PlotFolder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A `--label FILE=LABEL` whose file is not among the inputs.
     #[error("{}: --label names a file that is not among the inputs", path.display())]
     UnmatchedLabel { path: PathBuf },

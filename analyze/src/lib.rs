@@ -1,9 +1,18 @@
 //! `analyze`: Nsight Systems exports, PyTorch CUDA memory snapshots and Kineto traces, read into
 //! one model and turned into exact tables, plots and report sections.
 //!
-//! Inputs are read by [`formats`] into a [`model::Trace`] (GPU work) or a
-//! [`memory::Snapshot`] (allocations). Analyses are pure functions over those; [`render`] shows
-//! their tables as text, CSV, JSON or Markdown.
+//! The folders follow the pipeline, ingest → one model → analyses → documents → renderers:
+//!
+//! - [`formats`]: one module per input format, its reader and (for what `collect` writes) its
+//!   writer side by side;
+//! - [`model`]: what every input becomes, a [`model::Trace`] of GPU work or a
+//!   [`model::Snapshot`] of allocations;
+//! - `kernels`: kernel names across tools, kernel classes and table labels;
+//! - the analyses, pure functions over the model that return data, each with a sibling module
+//!   that lays its result out as tables: `stats` (the `nsys stats` reports), `profile` (per-phase
+//!   figures of one trace), [`memory`] (peaks and categories of one snapshot), `compare` (two
+//!   traces or two snapshots) and `report` (a write-up over a sweep of runs);
+//! - [`render`]: the tables as text, CSV, JSON or Markdown, their cell formatters, and the charts.
 //!
 //! The analyses, reports and plots are the default feature `analysis`. Without it the crate is
 //! what `collect` uses to write its files and print its tables: [`formats`] (readers and writers
@@ -16,17 +25,9 @@ pub mod compare;
 pub mod error;
 pub mod formats;
 #[cfg(feature = "analysis")]
-pub mod kernel_class;
-#[cfg(feature = "analysis")]
-pub mod kernel_label;
-#[cfg(feature = "analysis")]
-pub mod kernel_name;
+pub mod kernels;
 pub mod memory;
 pub mod model;
-#[cfg(feature = "analysis")]
-pub mod phases;
-#[cfg(feature = "analysis")]
-pub mod plot;
 #[cfg(feature = "analysis")]
 pub mod profile;
 pub mod render;

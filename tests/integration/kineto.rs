@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use analyze::formats;
-use analyze::kernel_name::{self, canonical_names, short_name};
-use analyze::model::{ApiKind, Bytes, MemOpKind, Nanos, SourceFormat, Trace};
+use analyze::kernels::name::{self as kernel_name, canonical_names, short_name};
+use analyze::model::trace::{ApiKind, Bytes, MemOpKind, Nanos, SourceFormat, Trace};
 
 const KINETO: &str = "kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz";
 const NSYS: &str = "nsys/torch_small_ctx128_train_fp32.sqlite.gz";

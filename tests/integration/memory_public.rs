@@ -13,8 +13,8 @@ use analyze::memory::categories::Rules;
 use analyze::memory::charts::{categories_chart, timeline_chart};
 use analyze::memory::summary::{analyze, MemoryOptions};
 use analyze::memory::tables::report_document;
-use analyze::memory::{Action, SegmentKind, Snapshot};
-use analyze::plot::{write_chart, ImageFormat};
+use analyze::model::snapshot::{Action, SegmentKind, Snapshot};
+use analyze::render::plot::{write_chart, ImageFormat};
 use analyze::render::{render_to_string, Format};
 
 fn public(name: &str) -> Option<PathBuf> {

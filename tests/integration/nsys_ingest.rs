@@ -3,7 +3,7 @@
 use crate::common;
 
 use analyze::formats;
-use analyze::model::RangeStyle;
+use analyze::model::trace::RangeStyle;
 
 #[test]
 fn torch_small_ctx128_train_fp32_loads_every_table() {

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use analyze::formats;
-use analyze::kernel_class::{Classifier, KernelClass};
-use analyze::phases::Attribution;
+use analyze::kernels::class::{Classifier, KernelClass};
+use analyze::profile::ranges::Attribution;
 use analyze::profile::{self, PhaseProfile, Profile, ProfileOptions};
 use analyze::Trace;
 use regex::Regex;

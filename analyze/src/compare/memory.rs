@@ -5,19 +5,16 @@
 //!
 //! Built from two analyses ([`crate::memory::summary::analyze`]), so the peaks are those
 //! `analyze memory` prints for each file; [`sites_at_peak`] groups one snapshot's live
-//! allocations. Pure: the caller loads the files.
+//! allocations. Pure: the caller loads the files. The tables are
+//! [`super::tables::memory_document`].
 
 use std::collections::HashMap;
 
 use serde::Serialize;
-use serde_json::json;
 
 use crate::memory::peak::top_frame;
 use crate::memory::summary::{Analysis, MemoryReport};
-use crate::memory::{mib, Snapshot};
-use crate::render::{Cell, Document, Section, Table};
-
-use super::{truncate, DocumentOptions};
+use crate::model::snapshot::Snapshot;
 
 /// Bytes and count of allocations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -209,159 +206,6 @@ pub fn compare_memory(
         categories: merge(&cats(a), &cats(b)),
         sites: merge(&sites(sites_a), &sites(sites_b)),
     }
-}
-
-fn mib_cell(b: u64) -> Cell {
-    Cell::Float(mib(b), 2)
-}
-
-fn delta_mib(d: i64) -> Cell {
-    Cell::Float(d as f64 / (1024.0 * 1024.0), 2)
-}
-
-fn pct(a: u64, b: u64) -> Cell {
-    if a == 0 {
-        Cell::Missing
-    } else {
-        Cell::Float((b as f64 - a as f64) / a as f64 * 100.0, 1)
-    }
-}
-
-fn held_table(
-    rows: &[HeldDelta],
-    with_frame: bool,
-    opts: &DocumentOptions,
-) -> (Table, Vec<String>) {
-    let mut columns = vec![
-        "Δ MiB", "Δ %", "A MiB", "B MiB", "A count", "B count", "category",
-    ];
-    if with_frame {
-        columns.push("frame");
-    }
-    let mut t = Table::new(columns);
-    let shown = opts.limit.map_or(rows.len(), |l| l.min(rows.len()));
-    for r in &rows[..shown] {
-        let mut row = vec![
-            delta_mib(r.delta_bytes()),
-            pct(r.a.bytes, r.b.bytes),
-            mib_cell(r.a.bytes),
-            mib_cell(r.b.bytes),
-            Cell::Int(r.a.count as i64),
-            Cell::Int(r.b.count as i64),
-            Cell::text(&r.category),
-        ];
-        if with_frame {
-            row.push(Cell::text(truncate(&r.frame, opts.name_width)));
-        }
-        t.push(row);
-    }
-    let mut notes = Vec::new();
-    if shown < rows.len() {
-        notes.push(format!(
-            "{} more rows not shown (--limit 0 shows all).",
-            rows.len() - shown
-        ));
-    }
-    (t, notes)
-}
-
-/// The comparison as tables: summary, categories at the peak, allocation sites at the peak. Its
-/// JSON is the whole [`MemoryComparison`].
-pub fn document(c: &MemoryComparison, opts: &DocumentOptions) -> Document {
-    let mut summary = Table::new([
-        "Metric", "A MiB", "B MiB", "Δ MiB", "Δ %", "A bytes", "B bytes",
-    ]);
-    let mut row = |name: &str, a: u64, b: u64| {
-        summary.push(vec![
-            Cell::text(name),
-            mib_cell(a),
-            mib_cell(b),
-            delta_mib(byte_delta(a, b)),
-            pct(a, b),
-            Cell::Int(a as i64),
-            Cell::Int(b as i64),
-        ]);
-    };
-    row(
-        "peak allocated",
-        c.a.peak_allocated_bytes,
-        c.b.peak_allocated_bytes,
-    );
-    row(
-        "peak reserved",
-        c.a.peak_reserved_bytes,
-        c.b.peak_reserved_bytes,
-    );
-    row(
-        "reserved at the peak",
-        c.a.reserved_at_peak_bytes,
-        c.b.reserved_at_peak_bytes,
-    );
-    if let (Some(a), Some(b)) = (c.a.forward_peak_bytes, c.b.forward_peak_bytes) {
-        row("forward peak allocated", a, b);
-    }
-    row(
-        "allocated before recording",
-        c.a.start_allocated_bytes,
-        c.b.start_allocated_bytes,
-    );
-    let mut notes = vec![format!("A: {}", c.a.label), format!("B: {}", c.b.label)];
-    for (name, side) in [("A", &c.a), ("B", &c.b)] {
-        if side.oom_events > 0 {
-            notes.push(format!(
-                "{name} has {} out-of-memory events in its trace",
-                side.oom_events
-            ));
-        }
-    }
-    let (cats, cat_notes) = held_table(&c.categories, false, opts);
-    let (sites, site_notes) = held_table(&c.sites, true, opts);
-    Document {
-        sections: vec![
-            Section {
-                title: Some("Summary".into()),
-                table: summary,
-                notes,
-            },
-            Section {
-                title: Some("Categories at the peak".into()),
-                table: cats,
-                notes: cat_notes,
-            },
-            Section {
-                title: Some("Allocations at the peak by category and frame".into()),
-                table: sites,
-                notes: site_notes,
-            },
-        ],
-        json: Some(comparison_json(c)),
-    }
-}
-
-/// The JSON shape of a memory comparison.
-pub fn comparison_json(c: &MemoryComparison) -> serde_json::Value {
-    let rows = |rows: &[HeldDelta]| -> Vec<serde_json::Value> {
-        rows.iter()
-            .map(|r| {
-                json!({
-                    "category": r.category,
-                    "frame": r.frame,
-                    "delta_bytes": r.delta_bytes(),
-                    "a": r.a,
-                    "b": r.b,
-                })
-            })
-            .collect()
-    };
-    json!({
-        "kind": "memory",
-        "a": c.a,
-        "b": c.b,
-        "peak_allocated_delta_bytes": c.peak_allocated_delta(),
-        "peak_reserved_delta_bytes": c.peak_reserved_delta(),
-        "categories": rows(&c.categories),
-        "sites": rows(&c.sites),
-    })
 }
 
 #[cfg(test)]

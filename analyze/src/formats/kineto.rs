@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::formats::nsys_sqlite::short_name;
-use crate::model::{
+use crate::model::trace::{
     ApiCall, ApiKind, Bytes, Gpu, Kernel, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
     SourceFormat, Strings, Trace,
 };
@@ -166,7 +166,7 @@ struct Reader {
     ranges: Vec<Range>,
     gpu_ranges: Vec<GpuRange>,
     mem_ops: Vec<MemOp>,
-    thread_names: HashMap<(u32, u32), crate::model::StrId>,
+    thread_names: HashMap<(u32, u32), crate::model::trace::StrId>,
     /// External id of each CPU annotation -> its process.
     annotation_pids: HashMap<u64, u32>,
     /// Ids given to non-numeric `pid`/`tid` strings.

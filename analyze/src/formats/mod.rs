@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use flate2::read::MultiGzDecoder;
 
 use crate::error::{Error, Result};
-use crate::memory::Snapshot;
-use crate::model::Trace;
+use crate::model::snapshot::Snapshot;
+use crate::model::trace::Trace;
 
 /// What a file turned out to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

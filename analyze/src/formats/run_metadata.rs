@@ -1,9 +1,11 @@
 //! Run metadata: what was measured (model size, context length, batch, mode, precision) and
 //! how long the steps took, as the name/value pairs of the `RUN_METADATA` table that `collect`
 //! writes beside the nsys tables ([`super::nsys_sqlite::write`]) and that
-//! [`super::nsys_sqlite::read`] loads into [`crate::model::Source::run`], where the profile and
+//! [`super::nsys_sqlite::read`] loads into [`crate::model::trace::Source::run`], where the profile and
 //! the report's labels look the keys up. Values are text; numbers are written so that Rust's and
 //! Python's parsers read them back exactly. No I/O here.
+
+use std::collections::BTreeMap;
 
 /// Keys `collect` writes (a reader should accept others too).
 pub mod keys {
@@ -26,6 +28,24 @@ pub mod keys {
     pub const STEP_TIME_MEAN_MS: &str = "step_time_mean_ms";
     pub const DEVICE: &str = "device";
     pub const DRIVER: &str = "driver";
+    /// Read, not written: an explicit head dimension, and the head counts other tools name.
+    pub const HEAD_DIM: &str = "head_dim";
+    pub const NUM_HEADS: &str = "num_heads";
+    pub const N_HEADS: &str = "n_heads";
+}
+
+/// The attention head dimension that run metadata gives: `head_dim` when set, else `d_model`
+/// over the head count (`heads`, as `collect` writes it, else `num_heads`, else `n_heads`) when
+/// it divides evenly; `None` when the pairs do not tell.
+pub fn head_dim(run: &BTreeMap<String, String>) -> Option<u32> {
+    let int = |k: &str| run.get(k).and_then(|v| v.trim().parse::<u32>().ok());
+    int(keys::HEAD_DIM).or_else(|| {
+        let d = int(keys::D_MODEL)?;
+        let h = int(keys::HEADS)
+            .or_else(|| int(keys::NUM_HEADS))
+            .or_else(|| int(keys::N_HEADS))?;
+        (h > 0 && d % h == 0).then_some(d / h)
+    })
 }
 
 /// The configuration of one measured run.

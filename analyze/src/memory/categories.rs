@@ -23,9 +23,9 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::phases::{stack_phases, Phase};
-use super::{Frame, Frames, StackId};
 use crate::error::{Error, Result};
 use crate::formats::torch_snapshot::MODULE_FRAME_FILE;
+use crate::model::snapshot::{Frame, Frames, StackId};
 
 pub const PARAMETERS: &str = "parameters";
 pub const GRADIENTS: &str = "gradients";
@@ -260,6 +260,14 @@ impl Rules {
         Rules { rules }
     }
 
+    /// The built-in rules, with the user's file (`--categories FILE`) tried first when given.
+    pub fn load(path: Option<&Path>) -> Result<Rules> {
+        match path {
+            Some(p) => Rules::with_user_file(p),
+            None => Ok(Rules::builtin()),
+        }
+    }
+
     /// The built-in rules with a user's file tried first.
     pub fn with_user_file(path: &Path) -> Result<Rules> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
@@ -380,7 +388,7 @@ fn frame_facts(f: &Frame) -> FrameFacts {
 }
 
 /// Rules evaluated against a snapshot's frames, with results cached per frame and per stack.
-pub struct Classifier<'a> {
+pub struct Categorizer<'a> {
     frames: &'a Frames,
     rules: &'a Rules,
     facts: Vec<FrameFacts>,
@@ -391,7 +399,7 @@ pub struct Classifier<'a> {
     cache: HashMap<StackId, usize>,
 }
 
-impl<'a> Classifier<'a> {
+impl<'a> Categorizer<'a> {
     pub fn new(frames: &'a Frames, rules: &'a Rules) -> Self {
         let facts: Vec<FrameFacts> = frames.frames.iter().map(frame_facts).collect();
         let frame_hits = rules
@@ -413,7 +421,7 @@ impl<'a> Classifier<'a> {
                 None => Vec::new(),
             })
             .collect();
-        Classifier {
+        Categorizer {
             frames,
             rules,
             facts,
@@ -595,8 +603,8 @@ mod tests {
             ],
         ]);
         let rules = Rules::builtin();
-        let mut c = Classifier::new(&f, &rules);
-        let cat = |c: &mut Classifier, s: u32| {
+        let mut c = Categorizer::new(&f, &rules);
+        let cat = |c: &mut Categorizer, s: u32| {
             c.rule_for(StackId(s))
                 .map(|r| c.category_name(r).to_owned())
         };

@@ -1,13 +1,19 @@
-//! The memory charts, as data for [`crate::plot`]: the allocated-memory timeline (reserved
+//! The memory charts, as data for [`crate::render::plot`]: the allocated-memory timeline (reserved
 //! beside it, phases shaded, the peak marked, the bytes allocated before recording as a
 //! reference line) and the stacked bar of categories at the peak (one bar per snapshot).
+
+use std::path::{Path, PathBuf};
 
 use plotters::style::RGBColor;
 
 use super::categories::{self, BUILTIN};
 use super::phases::Phase;
-use super::summary::{Analysis, MemoryReport};
-use crate::plot::{Band, Bar, HLine, Marker, Series, StackedBars, Timeline, PALETTE};
+use super::summary::{category_order, Analysis, MemoryReport};
+use crate::error::{Error, Result};
+use crate::render::plot::{
+    file_stem, write_chart, Band, Bar, HLine, ImageFormat, Marker, Series, StackedBars,
+    TimelineChart, PALETTE,
+};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -54,7 +60,7 @@ pub fn category_color(name: &str) -> Option<RGBColor> {
 }
 
 /// The timeline chart of one analysed snapshot.
-pub fn timeline_chart(a: &Analysis) -> Timeline {
+pub fn timeline_chart(a: &Analysis) -> TimelineChart {
     let r = &a.report;
     let tl = &a.timeline;
     let t0 = tl.first_time_us();
@@ -136,8 +142,8 @@ pub fn timeline_chart(a: &Analysis) -> Timeline {
             });
         }
     }
-    let allocated = crate::plot::decimate_minmax(&allocated, 1500);
-    let reserved = crate::plot::decimate_minmax(&reserved, 1500);
+    let allocated = crate::render::plot::decimate_minmax(&allocated, 1500);
+    let reserved = crate::render::plot::decimate_minmax(&reserved, 1500);
 
     let mut bands: Vec<Band> = a
         .spans
@@ -201,7 +207,7 @@ pub fn timeline_chart(a: &Analysis) -> Timeline {
     }
     subtitle.push_str(&format!(", device {}", r.device));
 
-    Timeline {
+    TimelineChart {
         title: format!("Memory timeline: {}", r.label),
         subtitle: Some(subtitle),
         x_label: if has_time {
@@ -252,14 +258,7 @@ pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
         })
         .collect();
     // Every category of every bar, in display order, each with its colour.
-    let names: Vec<String> = categories::breakdown(reports.iter().flat_map(|r| {
-        r.categories_at_peak
-            .iter()
-            .map(|c| (c.bytes, c.category.as_str()))
-    }))
-    .into_iter()
-    .map(|c| c.category)
-    .collect();
+    let names = category_order(reports.iter().copied());
     let mut spare = PALETTE.iter().cycle();
     let colors = names
         .iter()
@@ -315,4 +314,42 @@ pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
         width: if reports.len() > 1 { 1400 } else { 1000 },
         height,
     }
+}
+
+/// Write the charts of `analyses` into `dir` (made if need be) in each of `formats`: per
+/// snapshot `<label>.timeline` and `<label>.categories`, and with several snapshots one
+/// `categories` chart over all of them. Returns the files written, in the order written.
+pub fn write_charts(
+    dir: &Path,
+    analyses: &[Analysis],
+    formats: &[ImageFormat],
+) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::PlotFolder {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    for a in analyses {
+        let stem = file_stem(&a.report.label, "snapshot");
+        let timeline = timeline_chart(a);
+        let cats = categories_chart(&[&a.report]);
+        for &f in formats {
+            let p = dir.join(format!("{stem}.timeline.{}", f.extension()));
+            write_chart(&timeline, &p, f)?;
+            written.push(p);
+            let p = dir.join(format!("{stem}.categories.{}", f.extension()));
+            write_chart(&cats, &p, f)?;
+            written.push(p);
+        }
+    }
+    if analyses.len() > 1 {
+        let reports: Vec<&MemoryReport> = analyses.iter().map(|a| &a.report).collect();
+        let chart = categories_chart(&reports);
+        for &f in formats {
+            let p = dir.join(format!("categories.{}", f.extension()));
+            write_chart(&chart, &p, f)?;
+            written.push(p);
+        }
+    }
+    Ok(written)
 }

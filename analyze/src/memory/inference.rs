@@ -18,16 +18,16 @@
 use std::collections::{HashMap, HashSet};
 
 use super::categories::{
-    Classifier, Rules, ACTIVATIONS_OTHER, ACTIVATION_KINDS, BACKWARD, BEFORE_RECORDING, GRADIENTS,
+    Categorizer, Rules, ACTIVATIONS_OTHER, ACTIVATION_KINDS, BACKWARD, BEFORE_RECORDING, GRADIENTS,
     LOGITS, OPTIMIZER_STATE, OPTIMIZER_TEMP, OTHER, PARAMETERS,
 };
 use super::phases::{spans, Phase};
 use super::timeline::{round_size, Timeline};
-use super::{Snapshot, StackId};
+use crate::model::snapshot::{Snapshot, StackId};
 
 /// The category of every allocation of `timeline` (same order as `timeline.allocations`).
 pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Vec<String> {
-    let mut c = Classifier::new(&snap.frames, rules);
+    let mut c = Categorizer::new(&snap.frames, rules);
     let allocs = &timeline.allocations;
     let mut out: Vec<String> = allocs
         .iter()
@@ -60,7 +60,7 @@ pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Vec<St
 /// within the backward pass.
 fn gradients_by_lifetime(
     snap: &Snapshot,
-    c: &Classifier<'_>,
+    c: &Categorizer<'_>,
     timeline: &Timeline,
     out: &mut [String],
 ) {
@@ -97,7 +97,7 @@ fn gradients_by_lifetime(
 /// state tensors every step, so the state is allocated by ordinary arithmetic, not `zeros_like`.
 fn optimizer_state_by_lifetime(
     snap: &Snapshot,
-    c: &Classifier<'_>,
+    c: &Categorizer<'_>,
     timeline: &Timeline,
     out: &mut [String],
 ) {
@@ -122,7 +122,7 @@ fn optimizer_state_by_lifetime(
 
 /// Unrecognised forward activations take the kind recognised allocations of the same user line
 /// have, when it is a single kind.
-fn same_line_inference(c: &Classifier<'_>, timeline: &Timeline, out: &mut [String]) {
+fn same_line_inference(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) {
     let mut seeds: HashMap<u32, HashSet<&'static str>> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
         let Some(kind) = ACTIVATION_KINDS.iter().find(|k| **k == cat.as_str()) else {
@@ -150,7 +150,7 @@ fn same_line_inference(c: &Classifier<'_>, timeline: &Timeline, out: &mut [Strin
 }
 
 /// Forward activations the size of the logits (as `log_softmax` sees them) are the logits.
-fn logits_by_size(c: &Classifier<'_>, timeline: &Timeline, out: &mut [String]) {
+fn logits_by_size(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) {
     let sizes: HashSet<u64> = timeline
         .allocations
         .iter()
@@ -175,7 +175,7 @@ fn logits_by_size(c: &Classifier<'_>, timeline: &Timeline, out: &mut [String]) {
 /// sizes of the parameter gradients made in the window.
 fn before_recording_inference(
     snap: &Snapshot,
-    c: &Classifier<'_>,
+    c: &Categorizer<'_>,
     timeline: &Timeline,
     out: &mut [String],
 ) {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::phases::{phase_of_stack, Phase};
 use super::timeline::Timeline;
-use super::{Frames, StackId};
+use crate::model::snapshot::{Frames, StackId};
 
 /// One allocation live at the peak.
 #[derive(Clone, Debug, Serialize)]
@@ -159,8 +159,8 @@ pub fn top_allocations(
 
 #[cfg(test)]
 mod tests {
-    use super::super::Frame;
     use super::*;
+    use crate::model::snapshot::Frame;
 
     fn stack_of(frames: &mut Frames, fs: &[(&str, &str, i64)]) -> StackId {
         let mut ids = Vec::new();

@@ -16,8 +16,8 @@
 
 use serde::Serialize;
 
-use super::{Frame, Frames, Snapshot, StackId, Stage, TraceEntry};
 use crate::formats::torch_snapshot::PHASE_FRAME_FILE;
+use crate::model::snapshot::{Frame, Frames, Snapshot, StackId, Stage, TraceEntry};
 
 /// Part of a training step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

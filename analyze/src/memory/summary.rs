@@ -6,6 +6,7 @@
 //! Everything here is pure: the caller reads files and chooses labels.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -14,7 +15,7 @@ use super::inference::categorize;
 use super::peak::{top_allocations, TopAllocation};
 use super::phases::{spans, stack_phases, Phase, PhaseSpan};
 use super::timeline::{replay, Timeline};
-use super::{BlockState, SegmentKind, Snapshot, SnapshotFormat};
+use crate::model::snapshot::{BlockState, SegmentKind, Snapshot, SnapshotFormat};
 
 /// What to compute.
 #[derive(Clone, Debug)]
@@ -66,6 +67,19 @@ const EXTENSIONS: [&str; 10] = [
     ".pt",
     ".db",
 ];
+
+/// A snapshot's name in tables and plot file names when no label is given: its file name without
+/// `.gz`, `.pickle` or `.pkl`.
+pub fn snapshot_label(path: &Path) -> String {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    name.trim_end_matches(".gz")
+        .trim_end_matches(".pickle")
+        .trim_end_matches(".pkl")
+        .to_owned()
+}
 
 /// The name of a file without its directory and without known profiler extensions
 /// (`torch_small_ctx128_fwd_fp32` for `runs/torch_small_ctx128_fwd_fp32.sqlite.gz`).
@@ -273,6 +287,19 @@ pub struct MemoryReport {
     pub checks: ReplayChecks,
 }
 
+/// The categories at the peak of all `reports`, in display order: the order of one breakdown of
+/// them all, largest first. Tables and charts put their columns and legends in this order.
+pub fn category_order<'a>(reports: impl IntoIterator<Item = &'a MemoryReport>) -> Vec<String> {
+    breakdown(reports.into_iter().flat_map(|r| {
+        r.categories_at_peak
+            .iter()
+            .map(|c| (c.bytes, c.category.as_str()))
+    }))
+    .into_iter()
+    .map(|c| c.category)
+    .collect()
+}
+
 /// A report with the timeline and phase spans it was made from (for plots).
 #[derive(Clone, Debug)]
 pub struct Analysis {
@@ -429,8 +456,8 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Action, Block, Segment, StackId, TraceEntry};
     use super::*;
+    use crate::model::snapshot::{Action, Block, Segment, StackId, TraceEntry};
 
     fn segment(device: i64, address: u64, size: u64, live: u64) -> Segment {
         Segment {

@@ -1,23 +1,91 @@
-//! Tables of memory reports: the peak report of one snapshot, the peak table across runs, the
-//! categories per run, and baseline against autocast with deltas. Sizes are MiB with two
-//! decimals in text, exact bytes beside them; JSON keeps the full values.
+//! Tables of memory reports: what `analyze memory` prints ([`document`]): the peak report of one
+//! snapshot, or across several the peak table, the categories per run, and baseline against
+//! compared run (fp32 against autocast, or pairs given in order) with deltas. Sizes are MiB with
+//! two decimals in text, exact bytes beside them; JSON keeps the full values.
 
 use std::collections::BTreeMap;
 
-use super::mib;
-use super::summary::{MemoryReport, SegmentStats};
+use super::summary::{category_order, MemoryReport, SegmentStats};
+use crate::render::cells::{
+    bytes_to_mib, change_pct, mib, opt_int, opt_mib, opt_ms_of_us, opt_text,
+};
 use crate::render::{Cell, Document, Section, Table};
 
-fn mib_cell(b: u64) -> Cell {
-    Cell::Float(mib(b), 2)
+/// What `analyze memory` prints for `reports`: one snapshot's peak report (its JSON the whole
+/// [`MemoryReport`]), or the tables across several. `in_pairs` says the reports come as
+/// baseline, compared, baseline, compared, ...; otherwise fp32 runs are paired with the autocast
+/// runs of the same model, context length and mode ([`precision_pairs`]).
+pub fn document(reports: &[MemoryReport], in_pairs: bool) -> Document {
+    if let ([r], false) = (reports, in_pairs) {
+        let mut doc = report_document(r);
+        doc.json = serde_json::to_value(r).ok();
+        return doc;
+    }
+    let pairs: Vec<(usize, usize)> = if in_pairs {
+        (0..reports.len() / 2).map(|i| (2 * i, 2 * i + 1)).collect()
+    } else {
+        precision_pairs(reports)
+    };
+    let mut sections = vec![
+        Section {
+            title: Some("Peak memory per snapshot".into()),
+            table: peak_table(reports),
+            notes: vec![
+                "forward peak: highest allocated bytes in forward phases; step peak: the whole recorded step (train runs)".into(),
+            ],
+        },
+        Section {
+            title: Some("Categories at the peak".into()),
+            table: categories_table(reports),
+            notes: Vec::new(),
+        },
+    ];
+    let comparison = precision_table(reports, &pairs);
+    if !pairs.is_empty() {
+        sections.push(Section {
+            title: Some(if in_pairs {
+                "Baseline against compared run".into()
+            } else {
+                "Baseline (fp32) against autocast".into()
+            }),
+            table: comparison.clone(),
+            notes: vec![
+                "Δ = compared - baseline; negative means the compared run needs less memory".into(),
+            ],
+        });
+    }
+    let json = serde_json::json!({
+        "snapshots": reports,
+        "peak_table": peak_table(reports).to_json(),
+        "categories_table": categories_table(reports).to_json(),
+        "comparisons": comparison.to_json(),
+    });
+    Document {
+        sections,
+        json: Some(json),
+    }
 }
 
-fn opt_mib(b: Option<u64>) -> Cell {
-    b.map_or(Cell::Missing, mib_cell)
-}
-
-fn ms_cell(us: Option<f64>) -> Cell {
-    us.map_or(Cell::Missing, |u| Cell::Float(u / 1000.0, 3))
+/// Categories at the peak, one row per snapshot, one column per category (MiB), the columns in
+/// the categories' display order.
+pub fn categories_table(reports: &[MemoryReport]) -> Table {
+    let names = category_order(reports);
+    let mut columns = vec!["run".to_owned()];
+    columns.extend(names.iter().map(|n| format!("{n} MiB")));
+    let mut t = Table::new(columns);
+    for r in reports {
+        let mut row = vec![Cell::text(&r.label)];
+        for n in &names {
+            row.push(
+                r.categories_at_peak
+                    .iter()
+                    .find(|c| &c.category == n)
+                    .map_or(Cell::Float(0.0, 2), |c| mib(c.bytes)),
+            );
+        }
+        t.push(row);
+    }
+    t
 }
 
 /// The peak report of one snapshot: headline numbers, top allocations, categories, segments.
@@ -26,9 +94,9 @@ pub fn report_document(r: &MemoryReport) -> Document {
     let mut row = |name: &str, bytes: u64, at: Option<f64>, entry: Option<usize>| {
         head.push(vec![
             Cell::text(name),
-            mib_cell(bytes),
+            mib(bytes),
             Cell::Int(bytes as i64),
-            ms_cell(at),
+            opt_ms_of_us(at),
             entry.map_or(Cell::Missing, |e| Cell::Int(e as i64)),
         ]);
     };
@@ -124,7 +192,7 @@ pub fn report_document(r: &MemoryReport) -> Document {
     for (i, a) in r.top_allocations.iter().enumerate() {
         top.push(vec![
             Cell::Int(i as i64 + 1),
-            mib_cell(a.size),
+            mib(a.size),
             Cell::Int(a.size as i64),
             Cell::Int(a.requested_size as i64),
             Cell::Int(a.stream as i64),
@@ -138,7 +206,7 @@ pub fn report_document(r: &MemoryReport) -> Document {
     for c in &r.categories_at_peak {
         cats.push(vec![
             Cell::text(&c.category),
-            mib_cell(c.bytes),
+            mib(c.bytes),
             Cell::Int(c.bytes as i64),
             Cell::Int(c.count as i64),
             Cell::Float(c.share * 100.0, 1),
@@ -167,7 +235,7 @@ pub fn report_document(r: &MemoryReport) -> Document {
         for s in &r.streams_at_peak {
             t.push(vec![
                 Cell::text(format!("0x{:x}", s.stream)),
-                mib_cell(s.bytes),
+                mib(s.bytes),
                 Cell::Int(s.bytes as i64),
                 Cell::Int(s.count as i64),
             ]);
@@ -191,9 +259,8 @@ pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
     let count = |t: &mut Table, n: &str, v: usize| {
         t.push(vec![Cell::text(n), Cell::Int(v as i64), Cell::Missing])
     };
-    let bytes = |t: &mut Table, n: &str, v: u64| {
-        t.push(vec![Cell::text(n), Cell::Int(v as i64), mib_cell(v)])
-    };
+    let bytes =
+        |t: &mut Table, n: &str, v: u64| t.push(vec![Cell::text(n), Cell::Int(v as i64), mib(v)]);
     count(&mut t, "segments", s.segments);
     count(&mut t, "large segments", s.large_segments);
     count(&mut t, "small segments", s.small_segments);
@@ -217,10 +284,6 @@ pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
     }
 }
 
-fn text_or_missing(s: &Option<String>) -> Cell {
-    s.as_ref().map_or(Cell::Missing, Cell::text)
-}
-
 /// One row per snapshot: forward peak beside the full-step peak.
 pub fn peak_table(reports: &[MemoryReport]) -> Table {
     let mut t = Table::new([
@@ -238,22 +301,22 @@ pub fn peak_table(reports: &[MemoryReport]) -> Table {
         let train = r.run.mode.as_deref() != Some("forward");
         t.push(vec![
             Cell::text(&r.label),
-            text_or_missing(&r.run.model),
-            r.run.ctx.map_or(Cell::Missing, |c| Cell::Int(i64::from(c))),
-            text_or_missing(&r.run.mode),
-            text_or_missing(&r.run.precision),
+            opt_text(r.run.model.as_deref()),
+            opt_int(r.run.ctx),
+            opt_text(r.run.mode.as_deref()),
+            opt_text(r.run.precision.as_deref()),
             opt_mib(r.forward_peak_bytes.or(if train {
                 None
             } else {
                 Some(r.peak_allocated_bytes)
             })),
             if train {
-                mib_cell(r.peak_allocated_bytes)
+                mib(r.peak_allocated_bytes)
             } else {
                 Cell::Missing
             },
-            mib_cell(r.peak_reserved_bytes),
-            mib_cell(r.start_allocated_bytes),
+            mib(r.peak_reserved_bytes),
+            mib(r.start_allocated_bytes),
         ]);
     }
     t
@@ -293,14 +356,10 @@ pub fn precision_pairs(reports: &[MemoryReport]) -> Vec<(usize, usize)> {
 fn delta_cells(base: Option<u64>, other: Option<u64>) -> [Cell; 4] {
     match (base, other) {
         (Some(b), Some(o)) => [
-            mib_cell(b),
-            mib_cell(o),
-            Cell::Float(mib(o) - mib(b), 2),
-            if b > 0 {
-                Cell::Float((o as f64 - b as f64) / b as f64 * 100.0, 1)
-            } else {
-                Cell::Missing
-            },
+            mib(b),
+            mib(o),
+            Cell::Float(bytes_to_mib(o) - bytes_to_mib(b), 2),
+            change_pct(b, o),
         ],
         _ => [opt_mib(base), opt_mib(other), Cell::Missing, Cell::Missing],
     }

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::{Action, AllocatorSettings, BlockState, Snapshot, StackId};
+use crate::model::snapshot::{Action, AllocatorSettings, BlockState, Snapshot, StackId};
 
 /// The allocator's smallest block and rounding unit (`kMinBlockSize`).
 pub const MIN_BLOCK: u64 = 512;
@@ -390,8 +390,8 @@ fn counted_size(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Block, Segment, SegmentKind, TraceEntry};
     use super::*;
+    use crate::model::snapshot::{Block, Segment, SegmentKind, TraceEntry};
 
     fn entry(action: Action, addr: u64, size: u64) -> TraceEntry {
         TraceEntry {

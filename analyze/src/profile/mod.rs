@@ -11,8 +11,11 @@
 //! [`profile`] is a pure function of a [`Trace`], a [`Classifier`] and [`ProfileOptions`]; its
 //! [`Profile`] serialises to the JSON of `analyze profile --format json` and
 //! [`Profile::document`] lays it out as tables. Range selection and kernel attribution are in
-//! [`crate::phases`]; this module only sums. Kernel figures count kernels only: memcpy and memset
+//! [`ranges`]; this module only sums. Kernel figures count kernels only: memcpy and memset
 //! time is reported beside them, and the GPU projection includes them as nsys does.
+
+pub mod ranges;
+mod tables;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,13 +24,14 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::formats::run_metadata::keys;
-use crate::kernel_class::{Classifier, KernelClass};
-use crate::kernel_label::{display_name, truncate};
-use crate::model::{Nanos, StrId, Trace};
-use crate::phases::{find_steps, select, Attribution, Launches, Selection};
+use crate::formats::run_metadata;
+use crate::kernels::class::{Classifier, KernelClass};
+use crate::kernels::label::display_name;
+use crate::model::trace::{Nanos, StrId, Trace};
+use crate::render::cells::truncate;
 
-mod document;
+pub use self::ranges::Attribution;
+use self::ranges::{find_steps, select, Launches, Selection};
 
 /// The default step pattern: `step_0`, `step_1`, ...
 pub const DEFAULT_STEPS: &str = r"^step_\d+$";
@@ -284,7 +288,9 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
         opts.top,
     );
 
-    let head_dim = opts.head_dim.or_else(|| head_dim_from_run(trace));
+    let head_dim = opts
+        .head_dim
+        .or_else(|| run_metadata::head_dim(&trace.source.run));
     let attention = attention(trace, &launches, &steps, opts, head_dim);
     if attention.is_none() && !trace.ranges.is_empty() {
         notes.push(format!(
@@ -348,20 +354,6 @@ fn range_names_hint(trace: &Trace) -> Option<String> {
             String::new()
         }
     ))
-}
-
-/// `head_dim` from a trace's run metadata (`head_dim`, or `d_model` over `num_heads`; `collect`
-/// writes `heads`).
-fn head_dim_from_run(trace: &Trace) -> Option<u32> {
-    let run = &trace.source.run;
-    let int = |k: &str| run.get(k).and_then(|v| v.trim().parse::<u32>().ok());
-    int("head_dim").or_else(|| {
-        let d = int(keys::D_MODEL)?;
-        let h = int("num_heads")
-            .or_else(|| int("n_heads"))
-            .or_else(|| int(keys::HEADS))?;
-        (h > 0 && d % h == 0).then_some(d / h)
-    })
 }
 
 fn per_step(v: f64, steps: usize) -> Option<f64> {

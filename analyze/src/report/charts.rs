@@ -1,6 +1,6 @@
-//! The report's charts, as data for [`crate::plot`]: kernel time by class as stacked bars (one
+//! The report's charts, as data for [`crate::render::plot`]: kernel time by class as stacked bars (one
 //! bar per run, and one per pass of each run), and the GEMM fraction against context length as
-//! lines with marked, labelled points ([`LinePlot`], drawn here because [`crate::plot`] has no
+//! lines with marked, labelled points ([`LinePlot`], drawn here because [`crate::render::plot`] has no
 //! chart with a categorical x axis). Memory charts come from [`crate::memory::charts`].
 
 use std::path::Path;
@@ -10,18 +10,19 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::Result;
-use crate::kernel_class::KernelClass;
-use crate::plot::{
-    draw_err, draw_header, write_chart, Chart, ImageFormat, StackedBars, Timeline, FONT, PALETTE,
-};
+use crate::kernels::class::KernelClass;
 use crate::profile::PhaseProfile;
+use crate::render::plot::{
+    draw_err, draw_header, write_chart, Chart, ImageFormat, StackedBars, TimelineChart, FONT,
+    PALETTE,
+};
 
 /// Any chart of the report.
 #[derive(Clone, Debug)]
 pub enum ChartData {
     Bars(StackedBars),
     Lines(LinePlot),
-    Timeline(Timeline),
+    Timeline(TimelineChart),
 }
 
 impl ChartData {
@@ -79,7 +80,7 @@ pub fn class_bars(title: &str, subtitle: &str, bars: &[ClassBar<'_>]) -> Stacked
         value_label: "% of GPU kernel time".to_owned(),
         bars: bars
             .iter()
-            .map(|b| crate::plot::Bar {
+            .map(|b| crate::render::plot::Bar {
                 label: b.label.clone(),
                 parts: b
                     .phase
@@ -264,7 +265,7 @@ pub fn series_color(index: usize) -> RGBColor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plot::{render_png, render_svg};
+    use crate::render::plot::{render_png, render_svg};
 
     #[test]
     fn line_plots_render_with_one_point_series() {

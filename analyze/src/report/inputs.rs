@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::formats::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
-use crate::kernel_class::Classifier;
+use crate::kernels::class::Classifier;
 use crate::memory::categories::Rules;
 use crate::memory::charts::timeline_chart;
 use crate::memory::summary::{analyze, MemoryOptions};
-use crate::model::Trace;
+use crate::model::trace::Trace;
 use crate::profile::{check_profilable, profile, ProfileOptions};
 
 use super::bench::{looks_like_bench, parse as parse_bench};

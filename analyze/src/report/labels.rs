@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::formats::run_metadata::keys;
+use crate::formats::run_metadata::{self, keys};
 use crate::memory::summary::{mode_word, parse_run_name, precision_word, run_stem, RunName};
 
 /// Where a run's label came from.
@@ -114,17 +114,6 @@ pub fn run_from_metadata(meta: &BTreeMap<String, String>) -> RunName {
     }
 }
 
-fn head_dim_from_metadata(meta: &BTreeMap<String, String>) -> Option<u32> {
-    let int = |k: &str| meta.get(k).and_then(|v| v.trim().parse::<u32>().ok());
-    int("head_dim").or_else(|| {
-        let d = int(keys::D_MODEL)?;
-        let h = int(keys::HEADS)
-            .or_else(|| int("num_heads"))
-            .or_else(|| int("n_heads"))?;
-        (h > 0 && d % h == 0).then_some(d / h)
-    })
-}
-
 fn fill(into: &mut RunName, from: &RunName) {
     if into.model.is_none() {
         into.model.clone_from(&from.model);
@@ -179,7 +168,7 @@ pub fn label_run(
         None => compose(&run).unwrap_or_else(|| run_stem(file_name).to_owned()),
     };
     let head_dim = metadata
-        .and_then(head_dim_from_metadata)
+        .and_then(run_metadata::head_dim)
         .or_else(|| run.model.as_deref().and_then(head_dim_of_size));
     Labelled {
         label,

@@ -25,9 +25,9 @@ use std::cmp::Ordering;
 use serde::Serialize;
 
 use crate::memory::summary::{MemoryReport, RunName};
-use crate::model::SourceFormat;
-use crate::plot::Timeline;
+use crate::model::trace::SourceFormat;
 use crate::profile::Profile;
+use crate::render::plot::TimelineChart;
 use crate::render::Table;
 
 use self::bench::BenchResults;
@@ -58,7 +58,7 @@ pub struct SnapshotRun {
     pub memory: MemoryReport,
     /// The allocated-memory timeline, for its plot.
     #[serde(skip)]
-    pub timeline: Option<Timeline>,
+    pub timeline: Option<TimelineChart>,
 }
 
 /// One `collect bench` results file.

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::atomic_file::write_file;
 use crate::error::{Error, Result};
-use crate::plot::ImageFormat;
+use crate::render::plot::ImageFormat;
 use crate::render::{markdown_escape, write_markdown_table};
 
 use super::{Block, Inputs, Report};

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::{ApiCall, Range, Trace};
+use crate::model::trace::{ApiCall, Range, Trace};
 
 /// A fast hasher for the small integer keys of the reports' hash maps (the FxHash mix): the
 /// default SipHash costs more than the rest of a lookup, and these keys come from one file, not
@@ -323,7 +323,7 @@ impl Labels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ApiKind, Nanos, Source, SourceFormat};
+    use crate::model::trace::{ApiKind, Nanos, Source, SourceFormat};
 
     fn call(pid: u32, correlation_id: u64) -> ApiCall {
         ApiCall {
@@ -332,7 +332,7 @@ mod tests {
             pid,
             tid: pid,
             correlation_id,
-            name: crate::model::StrId(0),
+            name: crate::model::trace::StrId(0),
             kind: ApiKind::Runtime,
         }
     }

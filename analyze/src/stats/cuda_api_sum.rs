@@ -8,7 +8,7 @@
 //! descending; equal totals keep the order in which the names first occur in the export (nsys
 //! keeps its string-id order, which we cannot see). Call durations are host time, not GPU time.
 
-use crate::model::{StrId, Trace};
+use crate::model::trace::{StrId, Trace};
 use crate::render::Table;
 
 use super::attribution::FastMap;

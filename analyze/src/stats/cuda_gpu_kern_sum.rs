@@ -7,7 +7,7 @@
 //! all kernels' times, not of wall time. Kernels on every device and stream are pooled. The
 //! `:nvtx-name` variant of nsys is not reproduced.
 
-use crate::model::{Kernel, StrId, Trace};
+use crate::model::trace::{Kernel, StrId, Trace};
 use crate::render::Table;
 
 use super::attribution::FastMap;

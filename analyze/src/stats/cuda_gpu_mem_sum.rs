@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::Trace;
+use crate::model::trace::Trace;
 use crate::render::{Cell, Table};
 
 use super::{Summary, TimeRow};

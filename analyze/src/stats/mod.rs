@@ -20,8 +20,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::model::Trace;
-use crate::render::{Cell, Table};
+use crate::model::trace::Trace;
+use crate::render::{Cell, Document, Section, Table};
 
 pub use cuda_gpu_kern_sum::KernelName;
 pub use summary::Summary;
@@ -139,6 +139,30 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The reports a `--report` argument names, each with the name it was given by, in the
+    /// order given: one name, several separated by commas, or `all` ([`Report::ALL`]).
+    pub fn parse_list(arg: &str) -> Result<Vec<(String, Report)>, String> {
+        if arg == "all" {
+            return Ok(Report::ALL
+                .iter()
+                .map(|&name| {
+                    (
+                        name.to_owned(),
+                        Report::from_name(name).expect("known name"),
+                    )
+                })
+                .collect());
+        }
+        arg.split(',')
+            .map(|name| {
+                let name = name.trim();
+                Ok((name.to_owned(), name.parse::<Report>()?))
+            })
+            .collect()
+    }
+}
+
 impl std::str::FromStr for Report {
     type Err = String;
     fn from_str(s: &str) -> Result<Report, String> {
@@ -207,6 +231,26 @@ pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>>
             })
         })
         .collect()
+}
+
+/// Several reports of one trace as one document, in the order named: one report prints exactly
+/// as nsys prints it, several get their names as titles. A report whose data the export lacks
+/// is left out; what it lacks comes back beside the document, in order.
+pub fn document(trace: &Trace, named: &[(String, Report)]) -> (Document, Vec<Missing>) {
+    let kinds: Vec<Report> = named.iter().map(|r| r.1).collect();
+    let mut doc = Document::default();
+    let mut skipped = Vec::new();
+    for ((name, _), result) in named.iter().zip(reports(trace, &kinds)) {
+        match result {
+            Ok(table) => doc.sections.push(Section {
+                title: (named.len() > 1).then(|| name.clone()),
+                table,
+                notes: Vec::new(),
+            }),
+            Err(missing) => skipped.push(missing),
+        }
+    }
+    (doc, skipped)
 }
 
 /// A row of the reports that summarise durations by name (`cuda_gpu_kern_sum`, `cuda_api_sum`,

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::model::{Range, RangeStyle, Trace};
+use crate::model::trace::{Range, RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
 use super::attribution::{is_attributable, Attribution, FastMap};
@@ -300,7 +300,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Nanos, Source, SourceFormat};
+    use crate::model::trace::{Nanos, Source, SourceFormat};
 
     fn trace(ranges: &[(i64, i64)]) -> Trace {
         let mut t = Trace::empty(Source {

@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 
-use crate::model::{RangeStyle, StrId, Trace};
+use crate::model::trace::{RangeStyle, StrId, Trace};
 use crate::render::{Cell, Table};
 
 use super::attribution::{Attribution, FastMap};

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{RangeStyle, Trace};
+use crate::model::trace::{RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
 use super::attribution::{all_ranges, Labels};

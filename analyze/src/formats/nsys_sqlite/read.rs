@@ -26,7 +26,7 @@ use super::metadata::{EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION};
 use super::table::*;
 use super::{copy_kind, split_global_tid};
 use crate::error::{Error, Result};
-use crate::model::{
+use crate::model::trace::{
     ApiCall, ApiKind, Bytes, Gpu, Kernel, Mark, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
     SourceFormat, StrId, Strings, Trace,
 };

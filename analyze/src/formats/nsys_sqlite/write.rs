@@ -554,7 +554,7 @@ fn utc_time(ns: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ApiKind, MemOpKind};
+    use crate::model::trace::{ApiKind, MemOpKind};
 
     #[test]
     fn utc_time_formats_like_nsys() {

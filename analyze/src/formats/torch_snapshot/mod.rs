@@ -1,6 +1,6 @@
 //! PyTorch CUDA memory snapshots (the dict `torch.cuda.memory._snapshot()` returns, pickled by
 //! `_dump_snapshot`), defined once for both sides: [`read`] loads what PyTorch 2.0 to 2.11
-//! wrote into the snapshot model ([`crate::memory::Snapshot`]), and [`write`](mod@write) writes
+//! wrote into the snapshot model ([`crate::model::snapshot::Snapshot`]), and [`write`](mod@write) writes
 //! that model as PyTorch 2.11 does, which is how `collect` saves its allocator's history. Both
 //! go through the plain-data [`super::pickle`] codec.
 //!
@@ -82,7 +82,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::memory::{
+    use crate::model::snapshot::{
         Action, AllocatorSettings, Annotation, Block, BlockState, Frame, Frames, Segment,
         SegmentKind, Snapshot, SnapshotFormat, StackId, Stage, TraceEntry,
     };

@@ -22,7 +22,7 @@ use std::path::Path;
 use super::key;
 use crate::error::{Error, Result};
 use crate::formats::pickle::read::{self as pickle, Pickle, PickleError, Value};
-use crate::memory::{
+use crate::model::snapshot::{
     Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
     SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
 };

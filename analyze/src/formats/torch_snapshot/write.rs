@@ -21,7 +21,7 @@ use std::path::Path;
 use super::{key, ROUNDUP_INTERVALS};
 use crate::error::{Error, Result};
 use crate::formats::pickle::write::{MemoId, PickleWriter};
-use crate::memory::{
+use crate::model::snapshot::{
     Action, AllocatorSettings, Annotation, Segment, Snapshot, StackId, TraceEntry,
 };
 
@@ -254,7 +254,7 @@ pub fn to_file(s: &Snapshot, path: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use crate::formats::torch_snapshot::{MODULE_FRAME_FILE, PHASE_FRAME_FILE};
-    use crate::memory::{Block, BlockState, Frame, Frames, SegmentKind, Stage};
+    use crate::model::snapshot::{Block, BlockState, Frame, Frames, SegmentKind, Stage};
 
     fn snapshot() -> Snapshot {
         Snapshot {

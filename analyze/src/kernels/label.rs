@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
+use crate::render::cells::truncate;
+
 struct Patterns {
     casts: Regex,
     operator_call: Regex,
@@ -138,16 +140,6 @@ fn collapse_repeats(s: &str) -> String {
             from = after_start;
         }
     }
-    out
-}
-
-/// `s` cut to at most `max` characters, an ellipsis marking a cut.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
     out
 }
 

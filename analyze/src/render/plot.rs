@@ -1,7 +1,8 @@
-//! Shared plotting: the embedded font, a palette, two chart kinds (a filled timeline with shaded
-//! bands and a marked point, and stacked bars with a legend) and atomic PNG/SVG output.
+//! Charts, the picture beside the tables: the embedded font, a palette, two chart kinds (a filled
+//! timeline with shaded bands and a marked point, and stacked bars with a legend), chart file
+//! names ([`file_stem`]) and atomic PNG/SVG output.
 //!
-//! Charts are plain data ([`Timeline`], [`StackedBars`]) drawn by plotters on either backend
+//! Charts are plain data ([`TimelineChart`], [`StackedBars`]) drawn by plotters on either backend
 //! through the [`Chart`] trait, so the same code makes the PNG and the SVG. Text uses DejaVu Sans,
 //! embedded in the binary (`assets/DejaVuSans.ttf`, Bitstream Vera license, see
 //! `assets/DejaVuSans-LICENSE.txt`), so output does not depend on the fonts of the machine.
@@ -21,7 +22,7 @@ use crate::error::{Error, Result};
 /// The font family every chart uses; registered by [`register_fonts`].
 pub const FONT: &str = "sans-serif";
 
-static DEJAVU_SANS: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static DEJAVU_SANS: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 /// Register the embedded font with plotters (once per process).
 pub fn register_fonts() {
@@ -136,6 +137,26 @@ pub fn render_svg(chart: &impl Chart) -> Result<String, String> {
     Ok(s)
 }
 
+/// A label made safe for a file name (letters, digits, `-`, `_` and `.` kept, anything else
+/// `_`), or `fallback` when nothing is left.
+pub fn file_stem(label: &str, fallback: &str) -> String {
+    let s: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        fallback.to_owned()
+    } else {
+        s
+    }
+}
+
 /// Render `chart` and write it to `path` atomically.
 pub fn write_chart(chart: &impl Chart, path: &Path, format: ImageFormat) -> Result<()> {
     let bytes = match format {
@@ -189,7 +210,7 @@ pub fn decimate_minmax(points: &[(f64, f64)], buckets: usize) -> Vec<(f64, f64)>
     out
 }
 
-/// A line (optionally filled down to zero) of a [`Timeline`].
+/// A line (optionally filled down to zero) of a [`TimelineChart`].
 #[derive(Clone, Debug)]
 pub struct Series {
     pub name: String,
@@ -224,7 +245,7 @@ pub struct HLine {
 
 /// Values over x: filled areas and lines, shaded bands, a marked point, reference lines.
 #[derive(Clone, Debug)]
-pub struct Timeline {
+pub struct TimelineChart {
     pub title: String,
     pub subtitle: Option<String>,
     pub x_label: String,
@@ -250,7 +271,7 @@ fn nice_max(v: f64) -> f64 {
     v * 1.12
 }
 
-impl Chart for Timeline {
+impl Chart for TimelineChart {
     fn size(&self) -> (u32, u32) {
         (self.width, self.height)
     }

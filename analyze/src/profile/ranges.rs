@@ -21,7 +21,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::model::{Nanos, Range, Trace};
+use crate::model::trace::{Nanos, Range, Trace};
 
 /// Which launch calls a range claims.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

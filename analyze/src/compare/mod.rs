@@ -2,33 +2,35 @@
 //! by pass and by range; and two memory snapshots ([`memory`]).
 //!
 //! Both traces may come from any reader (two nsys exports, two Kineto traces, or one of each):
-//! kernels are matched by their GNU-demangled name ([`crate::kernel_name::canonical_names`]), so
+//! kernels are matched by their GNU-demangled name ([`crate::kernels::name::canonical_names`]), so
 //! nsys's and Kineto's spellings of one kernel line up. Kernels are also grouped by a caller-given
-//! function of that name: the variant family ([`crate::kernel_name::family`], which folds tile
+//! function of that name: the variant family ([`crate::kernels::name::family`], which folds tile
 //! sizes, precisions and split-K variants of one GEMM together) and the kernel class
 //! ([`Grouping::class`]; [`compare_traces`] uses a [`Classifier`], so fp32 `sm80_xmma_gemm_*` and
 //! bf16 `nvjet_*` kernels, different families, meet in the `gemm` class). Ranges (NVTX, or
 //! Kineto annotations) are compared by label (`domain:name`), for labels present in both traces;
 //! passes (forward, backward, optimizer, the measured steps) per step through
 //! [`crate::profile::profile`] ([`passes`]), with the GEMM fraction of each. Rows are sorted by
-//! impact: the absolute change in total time. Everything here is pure; the command line decides
-//! what to print and the exit code ([`check_slower`]).
+//! impact: the absolute change in total time. Everything here is pure and returns data
+//! ([`Comparison`], [`memory::MemoryComparison`], [`Regression`]); [`tables`] lays the results out
+//! as tables and says what a failed [`check_slower`] prints. The command line decides the exit
+//! code.
 
 pub mod memory;
 pub mod passes;
+pub mod tables;
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use serde_json::json;
 
-use crate::kernel_class::{Classifier, KernelClass};
-use crate::kernel_name::{canonical_names, family, short_name};
-use crate::model::{Nanos, SourceFormat, Trace};
+use crate::kernels::class::{Classifier, KernelClass};
+use crate::kernels::name::{canonical_names, family};
+use crate::model::trace::{Nanos, SourceFormat, Trace};
 use crate::profile::{profile, ProfileOptions};
-use crate::render::{Cell, Document, Section, Table};
 
 use self::passes::{pass_deltas, PassDelta};
+pub use self::tables::{document, DocumentOptions};
 
 /// Count and total time of a kernel (or group, or range) in one trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -393,300 +395,6 @@ pub fn check_slower(c: &Comparison, threshold_pct: f64) -> Option<Regression> {
     })
 }
 
-/// How much of a comparison a document shows.
-#[derive(Clone, Copy, Debug)]
-pub struct DocumentOptions {
-    /// Rows per kernel/family table; `None` for all.
-    pub limit: Option<usize>,
-    /// Kernel names longer than this are cut (with `…`); `None` for full names.
-    pub name_width: Option<usize>,
-}
-
-/// Cut `s` to `width` characters, ending in `…` when cut.
-pub fn truncate(s: &str, width: Option<usize>) -> String {
-    match width {
-        Some(w) if s.chars().count() > w && w > 1 => {
-            let mut out: String = s.chars().take(w - 1).collect();
-            out.push('…');
-            out
-        }
-        _ => s.to_owned(),
-    }
-}
-
-fn pct_cell(p: Option<f64>) -> Cell {
-    p.map_or(Cell::Missing, |p| Cell::Float(p, 1))
-}
-
-fn avg_cell(s: &Side) -> Cell {
-    s.average().map_or(Cell::Missing, |a| Cell::Float(a, 1))
-}
-
-const DELTA_COLUMNS: &[&str] = &[
-    "Δ Time (ns)",
-    "Δ %",
-    "A Time (ns)",
-    "B Time (ns)",
-    "A Inst",
-    "B Inst",
-    "A Avg (ns)",
-    "B Avg (ns)",
-    "Status",
-];
-
-fn delta_section(
-    title: &str,
-    rows: &[Delta],
-    name_column: &str,
-    with_class: bool,
-    opts: &DocumentOptions,
-) -> Section {
-    let mut columns: Vec<&str> = DELTA_COLUMNS.to_vec();
-    if with_class {
-        columns.push("Class");
-    }
-    columns.push(name_column);
-    let mut table = Table::new(columns);
-    let shown = opts.limit.map_or(rows.len(), |l| l.min(rows.len()));
-    for d in &rows[..shown] {
-        let mut row = vec![
-            Cell::Int(d.time_delta().0),
-            pct_cell(d.time_delta_pct()),
-            Cell::Int(d.a.total.0),
-            Cell::Int(d.b.total.0),
-            Cell::Int(d.a.instances as i64),
-            Cell::Int(d.b.instances as i64),
-            avg_cell(&d.a),
-            avg_cell(&d.b),
-            Cell::text(d.presence().label()),
-        ];
-        if with_class {
-            row.push(Cell::text(&d.class));
-        }
-        row.push(Cell::text(truncate(&d.name, opts.name_width)));
-        table.push(row);
-    }
-    let mut notes = Vec::new();
-    if shown < rows.len() {
-        notes.push(format!(
-            "{} more rows not shown (--limit 0 shows all).",
-            rows.len() - shown
-        ));
-    }
-    Section {
-        title: Some(title.to_owned()),
-        table,
-        notes,
-    }
-}
-
-/// The comparison as tables: summary, families, classes, kernels, phases. Its JSON is the whole
-/// [`Comparison`] with every row, whatever the options.
-pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
-    let mut summary = Table::new(["Metric", "A", "B", "Δ", "Δ %"]);
-    let count = |p: Presence| c.kernels.iter().filter(|d| d.presence() == p).count() as i64;
-    summary.push(vec![
-        Cell::text("GPU kernel time (ns)"),
-        Cell::Int(c.a.kernel_time.0),
-        Cell::Int(c.b.kernel_time.0),
-        Cell::Int(c.kernel_time_delta().0),
-        pct_cell(c.kernel_time_delta_pct()),
-    ]);
-    summary.push(vec![
-        Cell::text("Kernel instances"),
-        Cell::Int(c.a.kernel_instances as i64),
-        Cell::Int(c.b.kernel_instances as i64),
-        Cell::Int(c.b.kernel_instances as i64 - c.a.kernel_instances as i64),
-        pct_cell(pct(
-            Nanos(c.a.kernel_instances as i64),
-            Nanos(c.b.kernel_instances as i64),
-        )),
-    ]);
-    summary.push(vec![
-        Cell::text("Distinct kernels"),
-        Cell::Int(c.a.distinct_kernels as i64),
-        Cell::Int(c.b.distinct_kernels as i64),
-        Cell::Int(c.b.distinct_kernels as i64 - c.a.distinct_kernels as i64),
-        Cell::Missing,
-    ]);
-    summary.push(vec![
-        Cell::text("Kernels only in this trace (distinct)"),
-        Cell::Int(count(Presence::OnlyA)),
-        Cell::Int(count(Presence::OnlyB)),
-        Cell::Missing,
-        Cell::Missing,
-    ]);
-    if let Some(g) = &c.gemm_fraction {
-        summary.push(vec![
-            Cell::text("GEMM % of kernel time"),
-            g.a.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
-            g.b.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
-            g.delta_points()
-                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
-            Cell::Missing,
-        ]);
-    }
-    let summary = Section {
-        title: Some("Summary".to_owned()),
-        table: summary,
-        notes: vec![
-            format!("A: {} ({})", c.a.path, format_name(c.a.format)),
-            format!("B: {} ({})", c.b.path, format_name(c.b.format)),
-        ],
-    };
-
-    let mut phases = Table::new([
-        "Δ Time (ns)",
-        "Δ %",
-        "A Time (ns)",
-        "B Time (ns)",
-        "A Inst",
-        "B Inst",
-        "Range",
-    ]);
-    for p in &c.phases {
-        phases.push(vec![
-            Cell::Int(p.time_delta().0),
-            pct_cell(p.time_delta_pct()),
-            Cell::Int(p.a.total.0),
-            Cell::Int(p.b.total.0),
-            Cell::Int(p.a.instances as i64),
-            Cell::Int(p.b.instances as i64),
-            Cell::text(&p.range),
-        ]);
-    }
-    let phase_notes = if c.phases.is_empty() {
-        vec!["No range label is in both traces.".to_owned()]
-    } else {
-        Vec::new()
-    };
-
-    let mut sections = vec![summary];
-    if !c.passes.is_empty() {
-        sections.push(passes_section(&c.passes));
-    }
-    sections.extend([
-        delta_section(
-            "Kernel families (tile-size, precision and split-K variants folded)",
-            &c.families,
-            "Family",
-            true,
-            opts,
-        ),
-        delta_section("Kernel classes", &c.classes, "Class", false, opts),
-        delta_section("Kernels", &c.kernels, "Kernel", true, opts),
-        Section {
-            title: Some("Ranges in both traces".to_owned()),
-            table: phases,
-            notes: phase_notes,
-        },
-    ]);
-    Document {
-        sections,
-        json: Some(comparison_json(c)),
-    }
-}
-
-fn opt_ms(ns: Option<f64>) -> Cell {
-    ns.map_or(Cell::Missing, |v| Cell::Float(v / 1e6, 3))
-}
-
-fn opt_pct(f: Option<f64>) -> Cell {
-    f.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1))
-}
-
-fn passes_section(rows: &[PassDelta]) -> Section {
-    let mut t = Table::new([
-        "Δ Kernel/step (ms)",
-        "Δ %",
-        "A Kernel/step (ms)",
-        "B Kernel/step (ms)",
-        "A Wall/step (ms)",
-        "B Wall/step (ms)",
-        "A GEMM %",
-        "B GEMM %",
-        "Δ GEMM (points)",
-        "Pass",
-    ]);
-    for p in rows {
-        t.push(vec![
-            opt_ms(p.kernel_delta_ns()),
-            pct_cell(p.kernel_delta_pct()),
-            opt_ms(p.a.kernel_ns_per_step),
-            opt_ms(p.b.kernel_ns_per_step),
-            opt_ms(p.a.wall_ns_per_step),
-            opt_ms(p.b.wall_ns_per_step),
-            opt_pct(p.a.gemm_fraction),
-            opt_pct(p.b.gemm_fraction),
-            p.gemm_delta_points()
-                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
-            Cell::text(&p.name),
-        ]);
-    }
-    Section {
-        title: Some("Passes per step".to_owned()),
-        table: t,
-        notes: vec![
-            "Per measured step (`step_N` ranges), as `analyze profile` reports each trace: GPU kernel time, NVTX wall time and GEMM share of each pass.".to_owned(),
-        ],
-    }
-}
-
-fn format_name(f: SourceFormat) -> &'static str {
-    match f {
-        SourceFormat::NsysSqlite => "Nsight Systems export",
-        SourceFormat::Kineto => "Kineto trace",
-    }
-}
-
-fn delta_json(d: &Delta) -> serde_json::Value {
-    json!({
-        "name": d.name,
-        "short_name": short_name(&d.name),
-        "class": d.class,
-        "status": d.presence(),
-        "time_delta_ns": d.time_delta(),
-        "time_delta_pct": d.time_delta_pct(),
-        "a": {"instances": d.a.instances, "total_ns": d.a.total, "avg_ns": d.a.average()},
-        "b": {"instances": d.b.instances, "total_ns": d.b.total, "avg_ns": d.b.average()},
-    })
-}
-
-/// The JSON shape of a comparison.
-pub fn comparison_json(c: &Comparison) -> serde_json::Value {
-    json!({
-        "kind": "traces",
-        "a": c.a,
-        "b": c.b,
-        "gemm_fraction": c.gemm_fraction.map(|g| json!({
-            "a": g.a,
-            "b": g.b,
-            "delta_points": g.delta_points(),
-        })),
-        "passes": c.passes.iter().map(|p| json!({
-            "name": p.name,
-            "a": p.a,
-            "b": p.b,
-            "kernel_delta_ns_per_step": p.kernel_delta_ns(),
-            "kernel_delta_pct": p.kernel_delta_pct(),
-            "wall_delta_ns_per_step": p.wall_delta_ns(),
-            "gemm_delta_points": p.gemm_delta_points(),
-        })).collect::<Vec<_>>(),
-        "kernel_time_delta_ns": c.kernel_time_delta(),
-        "kernel_time_delta_pct": c.kernel_time_delta_pct(),
-        "families": c.families.iter().map(delta_json).collect::<Vec<_>>(),
-        "classes": c.classes.iter().map(delta_json).collect::<Vec<_>>(),
-        "kernels": c.kernels.iter().map(delta_json).collect::<Vec<_>>(),
-        "phases": c.phases.iter().map(|p| json!({
-            "range": p.range,
-            "time_delta_ns": p.time_delta(),
-            "time_delta_pct": p.time_delta_pct(),
-            "a": {"instances": p.a.instances, "total_ns": p.a.total},
-            "b": {"instances": p.b.instances, "total_ns": p.b.total},
-        })).collect::<Vec<_>>(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,12 +501,5 @@ mod tests {
         assert!(check_slower(&mk(1000, 900), 0.0).is_none());
         assert!(check_slower(&mk(0, 0), 0.0).is_none());
         assert!(check_slower(&mk(0, 1), 50.0).is_some());
-    }
-
-    #[test]
-    fn long_names_are_cut_with_an_ellipsis() {
-        assert_eq!(truncate("abcdef", Some(4)), "abc…");
-        assert_eq!(truncate("abc", Some(4)), "abc");
-        assert_eq!(truncate("abcdef", None), "abcdef");
     }
 }

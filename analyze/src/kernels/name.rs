@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 pub use crate::formats::nsys_sqlite::short_name;
-use crate::model::{StrId, Trace};
+use crate::model::trace::{StrId, Trace};
 
 /// Demangle an Itanium C++ symbol as the GNU demangler does (`__cxa_demangle`). `None` when the
 /// symbol is not a mangled C++ name (e.g. `sm80_xmma_gemm_...`) or no demangler is available.

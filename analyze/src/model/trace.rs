@@ -1,11 +1,11 @@
-//! The one in-memory model that every input format becomes.
+//! The trace model: GPU work, whatever format it came from.
 //!
 //! An Nsight Systems export, a Kineto trace and `collect`'s own trace all load into a [`Trace`]:
 //! GPU kernels, CUDA API calls, NVTX ranges and marks, memcpy/memset operations, GPU info and
 //! export metadata. Names are interned once in a [`Strings`] table; times are [`Nanos`] and sizes
 //! [`Bytes`], so a time is never added to a size. Analyses are pure functions over this model and
-//! never look at the file it came from. Memory snapshots have their own model in
-//! [`crate::memory`]: they describe allocations, not GPU work.
+//! never look at the file it came from. Memory snapshots have the sibling model
+//! [`super::snapshot`]: they describe allocations, not GPU work.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -2,22 +2,11 @@
 //! attention), laid out like the tables of a profiling write-up: milliseconds with three
 //! decimals, percentages with one. The JSON view is the serialised [`Profile`] itself.
 
-use crate::kernel_class::KernelClass;
+use crate::kernels::class::KernelClass;
+use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
 use crate::render::{Cell, Document, Section, Table};
 
 use super::{per_step, PhaseProfile, Profile};
-
-fn ms(ns: f64) -> Cell {
-    Cell::Float(ns / 1e6, 3)
-}
-
-fn opt_ms(ns: Option<f64>) -> Cell {
-    ns.map_or(Cell::Missing, ms)
-}
-
-fn pct(f: f64) -> Cell {
-    Cell::Float(f * 100.0, 1)
-}
 
 impl Profile {
     /// The profile as tables: phases, top non-GEMM kernels, time by class, attention.
@@ -54,15 +43,15 @@ impl Profile {
                 opt_ms(p.wall_ns_per_step),
                 opt_ms(p.gpu_proj_ns_per_step),
                 opt_ms(p.kernel_ns_per_step),
-                per_step(p.kernels as f64, p.steps)
-                    .filter(|_| p.ranges > 0)
-                    .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+                opt_float(
+                    per_step(p.kernels as f64, p.steps).filter(|_| p.ranges > 0),
+                    1,
+                ),
                 ms(p.kernel_ns as f64),
-                p.gemm_fraction.map_or(Cell::Missing, pct),
+                opt_pct(p.gemm_fraction),
                 top.map_or(Cell::Missing, |t| Cell::text(&t.display_name)),
                 top.map_or(Cell::Missing, |t| pct(t.share)),
-                top.and_then(|t| t.instances_per_step)
-                    .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+                opt_float(top.and_then(|t| t.instances_per_step), 1),
             ]);
         }
         let steps_text = if self.measured_steps > 0 {
@@ -107,8 +96,7 @@ impl Profile {
                     pct(k.share),
                     ms(k.total_ns as f64),
                     Cell::Int(k.instances as i64),
-                    k.instances_per_step
-                        .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+                    opt_float(k.instances_per_step, 1),
                 ]);
             }
         }

@@ -27,7 +27,7 @@ use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::MemOpKind;
+use crate::model::trace::MemOpKind;
 
 /// What kind of work a kernel does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

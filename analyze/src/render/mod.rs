@@ -3,11 +3,27 @@
 //! Analyses build [`Table`]s of typed [`Cell`]s; a cell knows how many decimals it is printed
 //! with, so the CSV of a `nsys stats` report prints `37268.7` where nsys does while JSON keeps the
 //! full value. A [`Document`] may also carry its own JSON value, for outputs whose JSON shape is
-//! richer than a list of tables (`profile`, `memory`). Every format is a [`Renderer`].
+//! richer than a list of tables (`profile`, `memory`). Every format is a [`Renderer`], one module
+//! each ([`text`], [`csv`], [`json`], [`markdown`]); the three that print section by section share
+//! the order of title, table and notes ([`Sectioned`]). [`cells`] holds the cell formatters every
+//! table uses (milliseconds, percentages, MiB) and [`plot`] draws charts as PNG or SVG.
+
+pub mod cells;
+pub mod csv;
+pub mod json;
+pub mod markdown;
+#[cfg(feature = "analysis")]
+pub mod plot;
+pub mod text;
 
 use std::io::{self, Write};
 
 use serde_json::{Map, Value};
+
+pub use self::csv::CsvRenderer;
+pub use self::json::JsonRenderer;
+pub use self::markdown::{markdown_escape, write_markdown_table, MarkdownRenderer};
+pub use self::text::TextRenderer;
 
 /// One value in a table.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,6 +127,20 @@ impl Table {
         self.rows.push(row);
     }
 
+    /// For each column, whether every cell in it is a number (or missing): such columns are
+    /// right-aligned. A table without rows has none.
+    pub fn numeric_columns(&self) -> Vec<bool> {
+        (0..self.columns.len())
+            .map(|i| {
+                !self.rows.is_empty()
+                    && self
+                        .rows
+                        .iter()
+                        .all(|r| r[i].is_numeric() || r[i] == Cell::Missing)
+            })
+            .collect()
+    }
+
     /// Rows as JSON objects keyed by column name.
     pub fn to_json(&self) -> Value {
         Value::Array(
@@ -206,194 +236,30 @@ pub fn render_to_string(format: Format, doc: &Document) -> String {
     String::from_utf8(buf).expect("renderers write UTF-8")
 }
 
-/// Aligned plain-text tables: numbers right-aligned, text left-aligned.
-pub struct TextRenderer;
+/// A format that prints a document section by section, a blank line between sections: each
+/// section's title (when it has one), its table, then its notes. Each format says how it writes
+/// the three; [`write_sections`] puts them in order.
+pub trait Sectioned {
+    fn title(&self, title: &str, out: &mut dyn Write) -> io::Result<()>;
+    fn table(&self, table: &Table, out: &mut dyn Write) -> io::Result<()>;
+    fn notes(&self, notes: &[String], out: &mut dyn Write) -> io::Result<()>;
+}
 
-impl Renderer for TextRenderer {
-    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
-        for (i, section) in doc.sections.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            if let Some(title) = &section.title {
-                writeln!(out, "{title}")?;
-                writeln!(out)?;
-            }
-            write_aligned(&section.table, out)?;
-            for note in &section.notes {
-                writeln!(out, "{note}")?;
-            }
+/// Every section of `doc` in `format`.
+pub fn write_sections(
+    format: &impl Sectioned,
+    doc: &Document,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    for (i, section) in doc.sections.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
         }
-        Ok(())
-    }
-}
-
-fn write_aligned(table: &Table, out: &mut dyn Write) -> io::Result<()> {
-    let cells: Vec<Vec<String>> = table
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|c| match c {
-                    Cell::Missing => "-".to_owned(),
-                    c => c.display(),
-                })
-                .collect()
-        })
-        .collect();
-    let mut widths: Vec<usize> = table.columns.iter().map(|c| c.chars().count()).collect();
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
+        if let Some(title) = &section.title {
+            format.title(title, out)?;
         }
-    }
-    let numeric: Vec<bool> = (0..table.columns.len())
-        .map(|i| {
-            table
-                .rows
-                .iter()
-                .all(|r| r[i].is_numeric() || r[i] == Cell::Missing)
-                && !table.rows.is_empty()
-        })
-        .collect();
-    let line = |out: &mut dyn Write, row: &[String]| -> io::Result<()> {
-        let mut parts = Vec::with_capacity(row.len());
-        for (i, c) in row.iter().enumerate() {
-            let pad = widths[i].saturating_sub(c.chars().count());
-            let last = i + 1 == row.len();
-            parts.push(if numeric[i] {
-                format!("{}{c}", " ".repeat(pad))
-            } else if last {
-                c.clone()
-            } else {
-                format!("{c}{}", " ".repeat(pad))
-            });
-        }
-        writeln!(out, "{}", parts.join("  ").trim_end())
-    };
-    line(out, &table.columns)?;
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    line(out, &rule)?;
-    for row in &cells {
-        line(out, row)?;
-    }
-    Ok(())
-}
-
-/// RFC 4180 CSV; several sections are separated by a blank line.
-pub struct CsvRenderer;
-
-pub fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
-impl Renderer for CsvRenderer {
-    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
-        for (i, section) in doc.sections.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            let header: Vec<String> = section.table.columns.iter().map(|c| csv_field(c)).collect();
-            writeln!(out, "{}", header.join(","))?;
-            for row in &section.table.rows {
-                let fields: Vec<String> = row.iter().map(|c| csv_field(&c.display())).collect();
-                writeln!(out, "{}", fields.join(","))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// JSON: the document's own value, else one array of row objects (or an object of them keyed by
-/// section title when there are several sections).
-pub struct JsonRenderer;
-
-impl Renderer for JsonRenderer {
-    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
-        let value = match &doc.json {
-            Some(v) => v.clone(),
-            None if doc.sections.len() == 1 => doc.sections[0].table.to_json(),
-            None => {
-                let mut obj = Map::new();
-                for (i, s) in doc.sections.iter().enumerate() {
-                    let key = s.title.clone().unwrap_or_else(|| format!("table_{i}"));
-                    obj.insert(key, s.table.to_json());
-                }
-                Value::Object(obj)
-            }
-        };
-        serde_json::to_writer_pretty(&mut *out, &value)?;
-        writeln!(out)
-    }
-}
-
-/// GitHub-flavoured Markdown tables, ready to paste into a report.
-pub struct MarkdownRenderer;
-
-/// `s` made safe for a Markdown table cell: pipes escaped, newlines flattened, and `<`/`>` as
-/// entities, since GitHub drops what looks like an HTML tag (`elementwise_kernel<float>` would lose
-/// its template arguments).
-pub fn markdown_escape(s: &str) -> String {
-    s.replace('|', "\\|")
-        .replace('\n', " ")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-impl Renderer for MarkdownRenderer {
-    fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
-        for (i, section) in doc.sections.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            if let Some(title) = &section.title {
-                writeln!(out, "### {title}")?;
-                writeln!(out)?;
-            }
-            write_markdown_table(&section.table, out)?;
-            if !section.notes.is_empty() {
-                writeln!(out)?;
-                for note in &section.notes {
-                    writeln!(out, "{note}")?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One Markdown table (numeric columns right-aligned).
-pub fn write_markdown_table(table: &Table, out: &mut dyn Write) -> io::Result<()> {
-    let header: Vec<String> = table.columns.iter().map(|c| markdown_escape(c)).collect();
-    writeln!(out, "| {} |", header.join(" | "))?;
-    let align: Vec<&str> = (0..table.columns.len())
-        .map(|i| {
-            let numeric = !table.rows.is_empty()
-                && table
-                    .rows
-                    .iter()
-                    .all(|r| r[i].is_numeric() || r[i] == Cell::Missing);
-            if numeric {
-                "---:"
-            } else {
-                "---"
-            }
-        })
-        .collect();
-    writeln!(out, "| {} |", align.join(" | "))?;
-    for row in &table.rows {
-        let cells: Vec<String> = row
-            .iter()
-            .map(|c| match c {
-                Cell::Missing => "-".to_owned(),
-                c => markdown_escape(&c.display()),
-            })
-            .collect();
-        writeln!(out, "| {} |", cells.join(" | "))?;
+        format.table(&section.table, out)?;
+        format.notes(&section.notes, out)?;
     }
     Ok(())
 }

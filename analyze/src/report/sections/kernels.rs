@@ -1,0 +1,136 @@
+//! Time per step and the kernels that take it: forward, backward, optimizer and step time (wall
+//! and GPU kernel time), the top kernel of each pass and the top non-GEMM kernel.
+
+use crate::kernels::label::display_name;
+use crate::profile::{KernelShare, PhaseProfile, Profile};
+use crate::render::cells::{ms, opt_float, opt_ms, pct};
+use crate::render::{Cell, Table};
+
+use super::super::{Block, ReportSection, TraceRun};
+use super::{phase, table_block};
+
+/// Kernel names in tables are cut to this many characters.
+const NAME_WIDTH: usize = 70;
+
+pub(super) fn times(traces: &[&TraceRun]) -> ReportSection {
+    let columns = [
+        "run",
+        "steps",
+        "forward (ms)",
+        "backward (ms)",
+        "optimizer (ms)",
+        "step (ms)",
+    ];
+    let mut wall = Table::new(columns);
+    let mut kernel = Table::new(columns);
+    for tr in traces {
+        let p = &tr.profile;
+        let steps = if p.measured_steps > 0 {
+            Cell::Int(p.measured_steps as i64)
+        } else {
+            Cell::Missing
+        };
+        let mut w = vec![Cell::text(&tr.label), steps.clone()];
+        let mut k = vec![Cell::text(&tr.label), steps];
+        for name in ["forward", "backward", "optimizer"] {
+            let f = phase(p, name);
+            w.push(opt_ms(f.and_then(|f| f.wall_ns_per_step)));
+            k.push(opt_ms(f.and_then(|f| f.kernel_ns_per_step)));
+        }
+        w.push(opt_ms(p.step.as_ref().and_then(|s| s.wall_ns_per_step)));
+        k.push(opt_ms(p.step.as_ref().and_then(|s| s.kernel_ns_per_step)));
+        wall.push(w);
+        kernel.push(k);
+    }
+    ReportSection {
+        id: "time_per_step",
+        title: "Forward, backward and step time".into(),
+        blocks: vec![
+            Block::Text("Per measured step (NVTX ranges `step_N`; warm-up steps outside them are left out). Wall time is the NVTX range from push to pop on the CPU, which with a synchronize at the end of each pass is what a timer around the pass measures; GPU kernel time sums the durations of the kernels each pass launched (attributed by their launch call, any thread of the process). `-`: the run has no such pass (a forward-only run) or no step ranges.".into()),
+            table_block(Some("Wall time per step"), wall, Vec::new()),
+            table_block(Some("GPU kernel time per step"), kernel, Vec::new()),
+        ],
+    }
+}
+
+fn kernel_row(label: &str, pass: &str, k: &KernelShare, steps: usize) -> Vec<Cell> {
+    vec![
+        Cell::text(label),
+        Cell::text(pass),
+        Cell::text(display_name(&k.name, NAME_WIDTH)),
+        Cell::text(k.class.label()),
+        pct(k.share),
+        if steps > 0 {
+            ms(k.total_ns as f64 / steps as f64)
+        } else {
+            Cell::Missing
+        },
+        opt_float(k.instances_per_step, 1),
+    ]
+}
+
+const KERNEL_COLUMNS: [&str; 7] = [
+    "run",
+    "pass",
+    "kernel",
+    "class",
+    "share %",
+    "time/step (ms)",
+    "calls/step",
+];
+
+/// Passes of a run in order, then its measured steps (`step`).
+fn passes(p: &Profile) -> Vec<(&str, &PhaseProfile)> {
+    let mut v: Vec<(&str, &PhaseProfile)> = p.phases.iter().map(|f| (f.name.as_str(), f)).collect();
+    // With one pass (a forward-only run) the step would repeat it.
+    if let (Some(s), true) = (&p.step, v.len() != 1) {
+        v.push(("step", s));
+    }
+    // A trace without step or phase ranges still has its kernels.
+    if v.is_empty() {
+        v.push(("whole trace", &p.whole_trace));
+    }
+    v
+}
+
+pub(super) fn top_kernels(traces: &[&TraceRun]) -> ReportSection {
+    let mut t = Table::new(KERNEL_COLUMNS);
+    for tr in traces {
+        for (name, f) in passes(&tr.profile) {
+            if let Some(k) = &f.top_kernel {
+                t.push(kernel_row(&tr.label, name, k, f.steps));
+            }
+        }
+    }
+    ReportSection {
+        id: "top_kernel_per_pass",
+        title: "Top kernel per pass".into(),
+        blocks: vec![
+            Block::Text("The kernel (all launches of one demangled name) with the most GPU time in each pass of the measured steps: its share of the pass's kernel time, its time and launches per step. `step` is the whole measured step. Names are shortened for reading; `report.json` has them in full.".into()),
+            table_block(None, t, Vec::new()),
+        ],
+    }
+}
+
+pub(super) fn top_non_gemm(traces: &[&TraceRun]) -> ReportSection {
+    let mut t = Table::new(KERNEL_COLUMNS);
+    for tr in traces {
+        for (name, f) in passes(&tr.profile) {
+            // A pass without GEMMs (the optimizer) would repeat its top kernel.
+            if f.gemm_ns == 0 {
+                continue;
+            }
+            if let Some(k) = f.top_non_gemm.first() {
+                t.push(kernel_row(&tr.label, name, k, f.steps));
+            }
+        }
+    }
+    ReportSection {
+        id: "top_non_gemm_kernel",
+        title: "Top non-GEMM kernel".into(),
+        blocks: vec![
+            Block::Text("The kernel with the most GPU time that is not a matrix product, per pass that has GEMMs (passes without any, such as the optimizer, are left out: their top kernel is above).".into()),
+            table_block(None, t, Vec::new()),
+        ],
+    }
+}
