@@ -30,6 +30,22 @@ pub struct DocumentOptions {
     pub name_width: Option<usize>,
 }
 
+impl DocumentOptions {
+    /// The rows a table shows under [`DocumentOptions::limit`], and the note that says how many
+    /// more there are when some are cut.
+    fn cut<'a, T>(&self, rows: &'a [T]) -> (&'a [T], Vec<String>) {
+        let shown = self.limit.map_or(rows.len(), |l| l.min(rows.len()));
+        let mut notes = Vec::new();
+        if shown < rows.len() {
+            notes.push(format!(
+                "{} more rows not shown (--limit 0 shows all).",
+                rows.len() - shown
+            ));
+        }
+        (&rows[..shown], notes)
+    }
+}
+
 fn avg_cell(s: &Side) -> Cell {
     s.average().map_or(Cell::Missing, |a| Cell::Float(a, 1))
 }
@@ -59,8 +75,8 @@ fn delta_section(
     }
     columns.push(name_column);
     let mut table = Table::new(columns);
-    let shown = opts.limit.map_or(rows.len(), |l| l.min(rows.len()));
-    for d in &rows[..shown] {
+    let (shown, notes) = opts.cut(rows);
+    for d in shown {
         let mut row = vec![
             Cell::Int(d.time_delta().0),
             opt_float(d.time_delta_pct(), 1),
@@ -77,13 +93,6 @@ fn delta_section(
         }
         row.push(Cell::text(truncate(&d.name, opts.name_width)));
         table.push(row);
-    }
-    let mut notes = Vec::new();
-    if shown < rows.len() {
-        notes.push(format!(
-            "{} more rows not shown (--limit 0 shows all).",
-            rows.len() - shown
-        ));
     }
     Section {
         title: Some(title.to_owned()),
@@ -150,15 +159,8 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
         ],
     };
 
-    let mut phases = Table::new([
-        "Δ Time (ns)",
-        "Δ %",
-        "A Time (ns)",
-        "B Time (ns)",
-        "A Inst",
-        "B Inst",
-        "Range",
-    ]);
+    // Ranges have no averages or status: the delta columns up to the instances, then the label.
+    let mut phases = Table::new(DELTA_COLUMNS[..6].iter().chain(&["Range"]).copied());
     for p in &c.phases {
         phases.push(vec![
             Cell::Int(p.time_delta().0),
@@ -306,8 +308,8 @@ fn held_table(
         columns.push("frame");
     }
     let mut t = Table::new(columns);
-    let shown = opts.limit.map_or(rows.len(), |l| l.min(rows.len()));
-    for r in &rows[..shown] {
+    let (shown, notes) = opts.cut(rows);
+    for r in shown {
         let mut row = vec![
             mib_delta(r.delta_bytes()),
             change_pct(r.a.bytes, r.b.bytes),
@@ -321,13 +323,6 @@ fn held_table(
             row.push(Cell::text(truncate(&r.frame, opts.name_width)));
         }
         t.push(row);
-    }
-    let mut notes = Vec::new();
-    if shown < rows.len() {
-        notes.push(format!(
-            "{} more rows not shown (--limit 0 shows all).",
-            rows.len() - shown
-        ));
     }
     (t, notes)
 }

@@ -28,29 +28,10 @@ impl Nanos {
     }
 }
 
-impl Add for Nanos {
-    type Output = Nanos;
-    fn add(self, rhs: Nanos) -> Nanos {
-        Nanos(self.0 + rhs.0)
-    }
-}
-
-impl AddAssign for Nanos {
-    fn add_assign(&mut self, rhs: Nanos) {
-        self.0 += rhs.0;
-    }
-}
-
 impl Sub for Nanos {
     type Output = Nanos;
     fn sub(self, rhs: Nanos) -> Nanos {
         Nanos(self.0 - rhs.0)
-    }
-}
-
-impl std::iter::Sum for Nanos {
-    fn sum<I: Iterator<Item = Nanos>>(iter: I) -> Nanos {
-        Nanos(iter.map(|n| n.0).sum())
     }
 }
 
@@ -65,24 +46,33 @@ impl fmt::Display for Nanos {
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
-impl Add for Bytes {
-    type Output = Bytes;
-    fn add(self, rhs: Bytes) -> Bytes {
-        Bytes(self.0 + rhs.0)
-    }
+/// `+`, `+=` and `sum()` within one unit: a time adds to a time and a size to a size, never one
+/// to the other.
+macro_rules! additive {
+    ($unit:ident) => {
+        impl Add for $unit {
+            type Output = $unit;
+            fn add(self, rhs: $unit) -> $unit {
+                $unit(self.0 + rhs.0)
+            }
+        }
+
+        impl AddAssign for $unit {
+            fn add_assign(&mut self, rhs: $unit) {
+                self.0 += rhs.0;
+            }
+        }
+
+        impl std::iter::Sum for $unit {
+            fn sum<I: Iterator<Item = $unit>>(iter: I) -> $unit {
+                $unit(iter.map(|n| n.0).sum())
+            }
+        }
+    };
 }
 
-impl AddAssign for Bytes {
-    fn add_assign(&mut self, rhs: Bytes) {
-        self.0 += rhs.0;
-    }
-}
-
-impl std::iter::Sum for Bytes {
-    fn sum<I: Iterator<Item = Bytes>>(iter: I) -> Bytes {
-        Bytes(iter.map(|n| n.0).sum())
-    }
-}
+additive!(Nanos);
+additive!(Bytes);
 
 /// An interned string: an index into [`Strings`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -148,6 +138,21 @@ pub struct Source {
     pub run: BTreeMap<String, String>,
     /// Tables or sections that the file lacks (e.g. `CUPTI_ACTIVITY_KIND_KERNEL`).
     pub missing: Vec<String>,
+}
+
+impl Source {
+    /// A source that says nothing about itself beyond its path and format.
+    pub fn new(path: impl Into<PathBuf>, format: SourceFormat) -> Source {
+        Source {
+            path: path.into(),
+            format,
+            schema_version: None,
+            product_version: None,
+            metadata: BTreeMap::new(),
+            run: BTreeMap::new(),
+            missing: Vec::new(),
+        }
+    }
 }
 
 /// A GPU kernel execution.

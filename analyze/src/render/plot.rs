@@ -13,6 +13,7 @@
 use std::path::Path;
 use std::sync::Once;
 
+use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -74,6 +75,22 @@ pub trait Chart {
 
 pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
+}
+
+/// The grid and axis text every chart shares: the embedded font, no minor grid lines, major
+/// ones in pale grey.
+pub(crate) fn grid_style<'m, 'a, 'b, X, Y, DB>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged,
+    Y: Ranged,
+    DB: DrawingBackend,
+{
+    mesh.label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(225, 225, 225))
 }
 
 /// Draw a chart's title (and subtitle, when there is one) across the top of `root`; returns the
@@ -303,14 +320,10 @@ impl Chart for TimelineChart {
             .y_label_area_size(72)
             .build_cartesian_2d(x0..x1, 0.0..y_top)
             .map_err(draw_err)?;
-        chart
-            .configure_mesh()
+        let mut mesh = chart.configure_mesh();
+        grid_style(&mut mesh)
             .x_desc(self.x_label.clone())
             .y_desc(self.y_label.clone())
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 15))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(225, 225, 225))
             .y_label_formatter(&|v| format!("{v:.1}"))
             .x_label_formatter(&|v| format!("{v:.0}"))
             .draw()
@@ -596,10 +609,7 @@ impl Chart for StackedBars {
         let value_fmt = |v: &f64| format!("{v:.1}");
         {
             let mut mesh = chart.configure_mesh();
-            mesh.label_style((FONT, 14))
-                .axis_desc_style((FONT, 15))
-                .light_line_style(TRANSPARENT)
-                .bold_line_style(RGBColor(225, 225, 225));
+            grid_style(&mut mesh);
             if horizontal {
                 mesh.disable_y_mesh()
                     .x_desc(self.value_label.clone())

@@ -13,8 +13,8 @@ use crate::error::Result;
 use crate::kernels::class::KernelClass;
 use crate::profile::PhaseProfile;
 use crate::render::plot::{
-    draw_err, draw_header, write_chart, Chart, ImageFormat, StackedBars, TimelineChart, FONT,
-    PALETTE,
+    draw_err, draw_header, grid_style, write_chart, Chart, ImageFormat, StackedBars, TimelineChart,
+    FONT, PALETTE,
 };
 
 /// Any chart of the report.
@@ -163,14 +163,10 @@ impl Chart for LinePlot {
             .y_label_area_size(64)
             .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
             .map_err(draw_err)?;
-        chart
-            .configure_mesh()
+        let mut mesh = chart.configure_mesh();
+        grid_style(&mut mesh)
             .x_desc(self.x_label.clone())
             .y_desc(self.y_label.clone())
-            .label_style((FONT, 14))
-            .axis_desc_style((FONT, 15))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(225, 225, 225))
             .disable_x_mesh()
             .x_labels(n * 2 + 1)
             .x_label_formatter(&tick_at)

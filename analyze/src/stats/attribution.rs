@@ -339,15 +339,7 @@ mod tests {
 
     #[test]
     fn launchers_by_process_and_correlation_id() {
-        let mut t = Trace::empty(Source {
-            path: "test".into(),
-            format: SourceFormat::NsysSqlite,
-            schema_version: None,
-            product_version: None,
-            metadata: Default::default(),
-            run: Default::default(),
-            missing: Vec::new(),
-        });
+        let mut t = Trace::empty(Source::new("test", SourceFormat::NsysSqlite));
         t.api_calls = vec![
             call(1, 5),
             call(2, 5),

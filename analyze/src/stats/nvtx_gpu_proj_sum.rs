@@ -27,7 +27,7 @@ use crate::model::trace::{Range, RangeStyle, Trace};
 use crate::render::{Cell, Table};
 
 use super::attribution::{is_attributable, Attribution, FastMap};
-use super::Summary;
+use super::{duration_cells, Summary};
 
 /// A row of `nvtx_gpu_proj_sum`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -276,18 +276,19 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
         "Avg Num Child",
     ]);
     for r in rows_with(trace, attribution) {
-        let s = &r.projected;
+        // nsys puts the range time between the projection's total and the rest of its summary.
+        let [total, count, mean, median, min, max, std_dev] = duration_cells(&r.projected);
         t.push(vec![
             Cell::text(r.range),
             Cell::text(r.style.as_str()),
-            Cell::Int(s.total),
+            total,
             Cell::Int(r.total_range_time),
-            Cell::Int(s.count as i64),
-            Cell::Float(s.mean, 1),
-            Cell::Float(s.median, 1),
-            Cell::Int(s.min),
-            Cell::Int(s.max),
-            Cell::Float(s.std_dev, 1),
+            count,
+            mean,
+            median,
+            min,
+            max,
+            std_dev,
             Cell::Int(r.total_gpu_ops as i64),
             Cell::Float(r.avg_gpu_ops, 1),
             r.avg_level.map_or(Cell::Missing, |v| Cell::Float(v, 1)),
@@ -303,15 +304,7 @@ mod tests {
     use crate::model::trace::{Nanos, Source, SourceFormat};
 
     fn trace(ranges: &[(i64, i64)]) -> Trace {
-        let mut t = Trace::empty(Source {
-            path: "test".into(),
-            format: SourceFormat::NsysSqlite,
-            schema_version: None,
-            product_version: None,
-            metadata: Default::default(),
-            run: Default::default(),
-            missing: Vec::new(),
-        });
+        let mut t = Trace::empty(Source::new("test", SourceFormat::NsysSqlite));
         let name = t.strings.intern("r");
         t.ranges = ranges
             .iter()

@@ -25,29 +25,19 @@ pub(super) fn bench_section(inputs: &Inputs) -> Option<ReportSection> {
             ("forward-backward", "fwd+bwd"),
             ("train", "train"),
         ];
-        let time: Vec<Entry<'_>> = rows
-            .iter()
-            .map(|r| Entry {
-                run: &r.run,
-                cell: if r.oom {
-                    oom()
-                } else {
-                    opt_float(r.mean_ms, 3)
-                },
-            })
-            .collect();
-        let peak: Vec<Entry<'_>> = rows
-            .iter()
-            .map(|r| Entry {
-                run: &r.run,
-                cell: if r.oom {
-                    oom()
-                } else {
-                    r.peak_bytes
-                        .map_or(Cell::Missing, |v| Cell::Float(bytes_to_mib(v), 1))
-                },
-            })
-            .collect();
+        // A configuration that ran out of memory reads `OOM` wherever it would show a figure.
+        let or_oom = |r: &BenchRow, c: Cell| if r.oom { oom() } else { c };
+        let peak_mib = |r: &BenchRow| opt_float(r.peak_bytes.map(bytes_to_mib), 1);
+        let entries = |cell: &dyn Fn(&BenchRow) -> Cell| -> Vec<Entry<'_>> {
+            rows.iter()
+                .map(|r| Entry {
+                    run: &r.run,
+                    cell: or_oom(r, cell(r)),
+                })
+                .collect()
+        };
+        let time = entries(&|r| opt_float(r.mean_ms, 3));
+        let peak = entries(&peak_mib);
         let prefix = if inputs.benches.len() > 1 {
             format!("{}: ", b.label)
         } else {
@@ -78,23 +68,19 @@ pub(super) fn bench_section(inputs: &Inputs) -> Option<ReportSection> {
             "tokens/s",
             "peak (MiB)",
         ]);
-        for r in rows {
-            let or_oom = |c: Cell| if r.oom { oom() } else { c };
+        for r in &rows {
             t.push(vec![
                 opt_text(r.run.model.as_deref()),
                 opt_int(r.run.ctx),
                 opt_int(r.run.batch),
                 opt_text(r.run.mode.as_deref()),
                 opt_text(r.run.precision.as_deref()),
-                or_oom(opt_float(r.mean_ms, 3)),
-                or_oom(opt_float(r.std_ms, 3)),
-                or_oom(opt_float(r.median_ms, 3)),
+                or_oom(r, opt_float(r.mean_ms, 3)),
+                or_oom(r, opt_float(r.std_ms, 3)),
+                or_oom(r, opt_float(r.median_ms, 3)),
                 Cell::Int(r.steps as i64),
-                or_oom(opt_float(r.tokens_per_s, 0)),
-                or_oom(
-                    r.peak_bytes
-                        .map_or(Cell::Missing, |v| Cell::Float(bytes_to_mib(v), 1)),
-                ),
+                or_oom(r, opt_float(r.tokens_per_s, 0)),
+                or_oom(r, peak_mib(r)),
             ]);
         }
         blocks.push(folded_block(

@@ -13,7 +13,7 @@ use super::super::charts::{class_bars, series_color, ChartData, ClassBar, LinePl
 use super::super::labels::model_rank;
 use super::super::{Block, NamedChart, ReportSection, TraceRun};
 use super::matrix::{matrix_blocks, Entry};
-use super::{phase, precision_rank, step_or_trace, table_block};
+use super::{add_plot, phase, precision_rank, step_or_trace, table_block};
 
 fn series_key(r: &RunName) -> Option<(String, String, Option<String>)> {
     Some((r.model.clone()?, r.mode.clone()?, r.precision.clone()))
@@ -105,18 +105,17 @@ pub(super) fn gemm_section(traces: &[&TraceRun], charts: &mut Vec<NamedChart>) -
                 phase: step_or_trace(&tr.profile),
             })
             .collect();
-        charts.push(NamedChart {
-            stem: "kernel_classes".into(),
-            chart: ChartData::Bars(class_bars(
+        add_plot(
+            charts,
+            &mut blocks,
+            "kernel_classes",
+            ChartData::Bars(class_bars(
                 "GPU kernel time by class",
                 "Share of the kernel time of the measured steps, per run",
                 &bars,
             )),
-        });
-        blocks.push(Block::Plot {
-            file: "kernel_classes.png".into(),
-            caption: "GPU kernel time by class, per run".into(),
-        });
+            "GPU kernel time by class, per run",
+        );
         let by_pass: Vec<ClassBar<'_>> = traces
             .iter()
             .flat_map(|tr| {
@@ -127,30 +126,28 @@ pub(super) fn gemm_section(traces: &[&TraceRun], charts: &mut Vec<NamedChart>) -
             })
             .collect();
         if !by_pass.is_empty() {
-            charts.push(NamedChart {
-                stem: "kernel_classes_by_pass".into(),
-                chart: ChartData::Bars(class_bars(
+            add_plot(
+                charts,
+                &mut blocks,
+                "kernel_classes_by_pass",
+                ChartData::Bars(class_bars(
                     "GPU kernel time by class and pass",
                     "Share of each pass's kernel time over the measured steps",
                     &by_pass,
                 )),
-            });
-            blocks.push(Block::Plot {
-                file: "kernel_classes_by_pass.png".into(),
-                caption: "GPU kernel time by class, per pass".into(),
-            });
+                "GPU kernel time by class, per pass",
+            );
         }
     }
 
     if let Some(chart) = gemm_chart(traces) {
-        charts.push(NamedChart {
-            stem: "gemm_fraction".into(),
-            chart: ChartData::Lines(chart),
-        });
-        blocks.push(Block::Plot {
-            file: "gemm_fraction.png".into(),
-            caption: "GEMM fraction against context length".into(),
-        });
+        add_plot(
+            charts,
+            &mut blocks,
+            "gemm_fraction",
+            ChartData::Lines(chart),
+            "GEMM fraction against context length",
+        );
     }
     ReportSection {
         id: "gemm_fraction",

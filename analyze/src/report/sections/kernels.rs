@@ -93,15 +93,24 @@ fn passes(p: &Profile) -> Vec<(&str, &PhaseProfile)> {
     v
 }
 
-pub(super) fn top_kernels(traces: &[&TraceRun]) -> ReportSection {
+/// One row per pass of every run: the kernel `pick` chooses from the pass, if any.
+fn kernel_table(
+    traces: &[&TraceRun],
+    pick: impl Fn(&PhaseProfile) -> Option<&KernelShare>,
+) -> Table {
     let mut t = Table::new(KERNEL_COLUMNS);
     for tr in traces {
         for (name, f) in passes(&tr.profile) {
-            if let Some(k) = &f.top_kernel {
+            if let Some(k) = pick(f) {
                 t.push(kernel_row(&tr.label, name, k, f.steps));
             }
         }
     }
+    t
+}
+
+pub(super) fn top_kernels(traces: &[&TraceRun]) -> ReportSection {
+    let t = kernel_table(traces, |f| f.top_kernel.as_ref());
     ReportSection {
         id: "top_kernel_per_pass",
         title: "Top kernel per pass".into(),
@@ -113,18 +122,10 @@ pub(super) fn top_kernels(traces: &[&TraceRun]) -> ReportSection {
 }
 
 pub(super) fn top_non_gemm(traces: &[&TraceRun]) -> ReportSection {
-    let mut t = Table::new(KERNEL_COLUMNS);
-    for tr in traces {
-        for (name, f) in passes(&tr.profile) {
-            // A pass without GEMMs (the optimizer) would repeat its top kernel.
-            if f.gemm_ns == 0 {
-                continue;
-            }
-            if let Some(k) = f.top_non_gemm.first() {
-                t.push(kernel_row(&tr.label, name, k, f.steps));
-            }
-        }
-    }
+    // A pass without GEMMs (the optimizer) would repeat its top kernel.
+    let t = kernel_table(traces, |f| {
+        (f.gemm_ns != 0).then(|| f.top_non_gemm.first()).flatten()
+    });
     ReportSection {
         id: "top_non_gemm_kernel",
         title: "Top non-GEMM kernel".into(),

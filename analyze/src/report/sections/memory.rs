@@ -11,7 +11,7 @@ use crate::render::plot::file_stem;
 use super::super::charts::ChartData;
 use super::super::{Block, Inputs, NamedChart, ReportSection};
 use super::matrix::{matrix_blocks, Entry};
-use super::{oom, sorted_snapshots, table_block};
+use super::{add_plot, oom, sorted_snapshots, table_block};
 
 pub(super) fn memory_section(inputs: &Inputs, charts: &mut Vec<NamedChart>) -> ReportSection {
     let snaps = sorted_snapshots(inputs);
@@ -51,14 +51,13 @@ pub(super) fn memory_section(inputs: &Inputs, charts: &mut Vec<NamedChart>) -> R
     ));
     if !reports.is_empty() {
         let refs: Vec<&MemoryReport> = reports.iter().collect();
-        charts.push(NamedChart {
-            stem: "memory_categories".into(),
-            chart: ChartData::Bars(categories_chart(&refs)),
-        });
-        blocks.push(Block::Plot {
-            file: "memory_categories.png".into(),
-            caption: "Memory at the peak by category".into(),
-        });
+        add_plot(
+            charts,
+            &mut blocks,
+            "memory_categories",
+            ChartData::Bars(categories_chart(&refs)),
+            "Memory at the peak by category",
+        );
     }
     let mut links = Vec::new();
     for s in snaps {

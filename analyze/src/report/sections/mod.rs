@@ -21,7 +21,8 @@ mod runs;
 use crate::profile::{PhaseProfile, Profile};
 use crate::render::{Cell, Table};
 
-use super::{run_order, Block, Inputs, Report, SnapshotRun, TraceRun};
+use super::charts::ChartData;
+use super::{run_order, Block, Inputs, NamedChart, Report, SnapshotRun, TraceRun};
 
 /// All sections and charts of a report over `inputs`.
 pub fn build(inputs: &Inputs) -> Report {
@@ -41,6 +42,24 @@ pub fn build(inputs: &Inputs) -> Report {
     sections.extend(bench::bench_section(inputs));
     sections.extend(runs::skipped_section(inputs));
     Report { sections, charts }
+}
+
+/// Add `chart`, written as `<stem>.png`, and the block that shows it with `caption`.
+fn add_plot(
+    charts: &mut Vec<NamedChart>,
+    blocks: &mut Vec<Block>,
+    stem: &str,
+    chart: ChartData,
+    caption: &str,
+) {
+    charts.push(NamedChart {
+        stem: stem.to_owned(),
+        chart,
+    });
+    blocks.push(Block::Plot {
+        file: format!("{stem}.png"),
+        caption: caption.to_owned(),
+    });
 }
 
 /// A run that ran out of memory.
