@@ -53,8 +53,12 @@ macro_rules! launch {
         let name: &str = &$name;
         let f = $rt.kernels.get(name)?;
         let mut builder = $rt.gpu.stream.launch_builder(f);
-        let args = ($($arg,)*);
-        launch!(@push builder, args; $($arg),*);
+        // The launch reads each argument through its address: every one gets a binding of its
+        // own that lives until then.
+        $(
+            let arg = $arg;
+            builder.arg(&arg);
+        )*
         let cfg = LaunchConfig {
             grid_dim: $grid,
             block_dim: $block,
@@ -64,16 +68,6 @@ macro_rules! launch {
         // pointer is a live device buffer of the size the kernel indexes.
         unsafe { builder.launch(cfg) }.during("cuLaunchKernel")?;
     }};
-    (@push $b:ident, $args:ident; $a0:expr) => { $b.arg(&$args.0); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr) => { $b.arg(&$args.0).arg(&$args.1); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr, $a8:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7).arg(&$args.8); };
-    (@push $b:ident, $args:ident; $a0:expr, $a1:expr, $a2:expr, $a3:expr, $a4:expr, $a5:expr, $a6:expr, $a7:expr, $a8:expr, $a9:expr, $a10:expr) => { $b.arg(&$args.0).arg(&$args.1).arg(&$args.2).arg(&$args.3).arg(&$args.4).arg(&$args.5).arg(&$args.6).arg(&$args.7).arg(&$args.8).arg(&$args.9).arg(&$args.10); };
 }
 
 impl Runtime {

@@ -32,56 +32,21 @@ impl Model<'_> {
         v: &Buffer,
         shape: AttnShape,
     ) -> Result<(Buffer, AttentionSaved)> {
-        let rt = self.rt;
         let act = self.act();
         let (t, dh, bh) = (shape.ctx, shape.d_head, shape.batch * shape.heads);
         let p = self.alloc_in("attn.scores", act, bh * t * t)?;
         {
             let _r = range(nvtx::ATTENTION_QK);
-            rt.blas.gemm_batched(
-                Gemm {
-                    ta: false,
-                    tb: true,
-                    m: t,
-                    n: t,
-                    k: dh,
-                },
-                1.0 / (dh as f32).sqrt(),
-                Mat::new(q.ptr(), act),
-                t * dh,
-                Mat::new(k.ptr(), act),
-                t * dh,
-                0.0,
-                Mat::new(p.ptr(), act),
-                t * t,
-                bh,
-            )?;
+            self.per_head(scores(shape), 1.0 / (dh as f32).sqrt(), q, k, &p, shape)?;
         }
         {
             let _r = range(nvtx::ATTENTION_SOFTMAX);
-            rt.softmax_causal_fwd(act, p.ptr(), t, bh * t)?;
+            self.rt.softmax_causal_fwd(act, p.ptr(), t, bh * t)?;
         }
         let o_heads = self.alloc_in("attn.context", act, shape.elements())?;
         {
             let _r = range(nvtx::ATTENTION_V);
-            rt.blas.gemm_batched(
-                Gemm {
-                    ta: false,
-                    tb: false,
-                    m: t,
-                    n: dh,
-                    k: t,
-                },
-                1.0,
-                Mat::new(p.ptr(), act),
-                t * t,
-                Mat::new(v.ptr(), act),
-                t * dh,
-                0.0,
-                Mat::new(o_heads.ptr(), act),
-                t * dh,
-                bh,
-            )?;
+            self.per_head(context(shape, false), 1.0, &p, v, &o_heads, shape)?;
         }
         Ok((o_heads, AttentionSaved { p }))
     }
@@ -98,92 +63,76 @@ impl Model<'_> {
         saved: AttentionSaved,
         shape: AttnShape,
     ) -> Result<(Buffer, Buffer, Buffer)> {
-        let rt = self.rt;
         let act = self.act();
         let (t, dh, bh) = (shape.ctx, shape.d_head, shape.batch * shape.heads);
         let scale = 1.0 / (dh as f32).sqrt();
         let AttentionSaved { p } = saved;
-        // o = P v, P = softmax(q kᵀ * scale).
+        // o = P v: dP = dO vᵀ, dV = Pᵀ dO.
         let dp = self.alloc_in("attn.context", act, bh * t * t)?;
-        rt.blas.gemm_batched(
-            Gemm {
-                ta: false,
-                tb: true,
-                m: t,
-                n: t,
-                k: dh,
-            },
-            1.0,
-            Mat::new(do_heads.ptr(), act),
-            t * dh,
-            Mat::new(v.ptr(), act),
-            t * dh,
-            0.0,
-            Mat::new(dp.ptr(), act),
-            t * t,
-            bh,
-        )?;
+        self.per_head(scores(shape), 1.0, &do_heads, &v, &dp, shape)?;
         let dv = self.alloc_in("attn.context", act, shape.elements())?;
-        rt.blas.gemm_batched(
-            Gemm {
-                ta: true,
-                tb: false,
-                m: t,
-                n: dh,
-                k: t,
-            },
-            1.0,
-            Mat::new(p.ptr(), act),
-            t * t,
-            Mat::new(do_heads.ptr(), act),
-            t * dh,
-            0.0,
-            Mat::new(dv.ptr(), act),
-            t * dh,
-            bh,
-        )?;
+        self.per_head(context(shape, true), 1.0, &p, &do_heads, &dv, shape)?;
         drop((do_heads, v));
-        rt.softmax_causal_bwd(act, p.ptr(), dp.ptr(), t, bh * t)?;
+        // P = softmax(S), in place: dP becomes dS.
+        self.rt
+            .softmax_causal_bwd(act, p.ptr(), dp.ptr(), t, bh * t)?;
         drop(p);
+        // S = q kᵀ * scale: dq = dS k * scale, dk = dSᵀ q * scale.
         let dq = self.alloc_in("attn.scores", act, shape.elements())?;
-        rt.blas.gemm_batched(
-            Gemm {
-                ta: false,
-                tb: false,
-                m: t,
-                n: dh,
-                k: t,
-            },
-            scale,
-            Mat::new(dp.ptr(), act),
-            t * t,
-            Mat::new(k.ptr(), act),
-            t * dh,
-            0.0,
-            Mat::new(dq.ptr(), act),
-            t * dh,
-            bh,
-        )?;
+        self.per_head(context(shape, false), scale, &dp, &k, &dq, shape)?;
         let dk = self.alloc_in("attn.scores", act, shape.elements())?;
-        rt.blas.gemm_batched(
-            Gemm {
-                ta: true,
-                tb: false,
-                m: t,
-                n: dh,
-                k: t,
-            },
-            scale,
-            Mat::new(dp.ptr(), act),
-            t * t,
-            Mat::new(q.ptr(), act),
-            t * dh,
-            0.0,
-            Mat::new(dk.ptr(), act),
-            t * dh,
-            bh,
-        )?;
+        self.per_head(context(shape, true), scale, &dp, &q, &dk, shape)?;
         drop((dp, q, k));
         Ok((dq, dk, dv))
+    }
+
+    /// `c = alpha * op(a) op(b)` for every (batch, head), operands in the activation type, each
+    /// head's matrices one after the other (so a head's stride is its matrix's size).
+    fn per_head(
+        &self,
+        g: Gemm,
+        alpha: f32,
+        a: &Buffer,
+        b: &Buffer,
+        c: &Buffer,
+        shape: AttnShape,
+    ) -> Result<()> {
+        let act = self.act();
+        self.rt.blas.gemm_batched(
+            g,
+            alpha,
+            Mat::new(a.ptr(), act),
+            g.m * g.k,
+            Mat::new(b.ptr(), act),
+            g.k * g.n,
+            0.0,
+            Mat::new(c.ptr(), act),
+            g.m * g.n,
+            shape.batch * shape.heads,
+        )
+    }
+}
+
+/// Per head, `[T, T] = x yᵀ` for `x`, `y` `[T, d_head]`: the scores, and the probabilities'
+/// gradient.
+fn scores(shape: AttnShape) -> Gemm {
+    Gemm {
+        ta: false,
+        tb: true,
+        m: shape.ctx,
+        n: shape.ctx,
+        k: shape.d_head,
+    }
+}
+
+/// Per head, `[T, d_head] = s y` for `s` `[T, T]` (`sᵀ` with `transpose_s`) and `y`
+/// `[T, d_head]`: the output, and the gradients of `v`, `q` and `k`.
+fn context(shape: AttnShape, transpose_s: bool) -> Gemm {
+    Gemm {
+        ta: transpose_s,
+        tb: false,
+        m: shape.ctx,
+        n: shape.d_head,
+        k: shape.ctx,
     }
 }

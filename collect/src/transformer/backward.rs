@@ -9,7 +9,6 @@
 //! [`super::linear`]; the attention core through [`super::attention`].
 
 use super::forward::{Forward, LayerSaved};
-use super::linear::Linear;
 use super::Model;
 use crate::error::Result;
 use crate::gpu::blas::Mat;
@@ -72,12 +71,7 @@ impl Model<'_> {
         rt.mean(self.row_loss.ptr(), bt, self.loss.ptr())?;
         drop(logits);
         let dh_final = self.linear_backward(
-            Linear {
-                weight: self.layout.head,
-                rows: bt,
-                d_in: d,
-                d_out: v,
-            },
+            self.linear(self.layout.head, d, v),
             Mat::new(dlogits.ptr(), act),
             Mat::new(h_final.ptr(), act),
             "lm_head",
@@ -127,23 +121,13 @@ impl Model<'_> {
         let dx_act = grad.as_operand();
 
         // FFN: x_out = x_mid + g W2ᵀ, g = silu(h13[:, :f]) * h13[:, f:].
-        let w2 = Linear {
-            weight: lo.w2,
-            rows: bt,
-            d_in: f,
-            d_out: d,
-        };
+        let w2 = self.linear(lo.w2, f, d);
         let dg = self.linear_backward(w2, dx_act, Mat::new(s.g.ptr(), act), "ffn.w2", act)?;
         drop(s.g);
         let dh13 = self.alloc_in("ffn.swiglu", act, bt * 2 * f)?;
         rt.swiglu_bwd(act, s.h13.ptr(), dg.ptr(), dh13.ptr(), bt, f)?;
         drop((dg, s.h13));
-        let w13 = Linear {
-            weight: lo.w13,
-            rows: bt,
-            d_in: d,
-            d_out: 2 * f,
-        };
+        let w13 = self.linear(lo.w13, d, 2 * f);
         let dh2 = self.linear_backward(
             w13,
             Mat::new(dh13.ptr(), act),
@@ -156,12 +140,7 @@ impl Model<'_> {
         drop((dh2, s.x_mid, s.rstd2));
 
         // Attention output projection: x_mid = x + attn Woᵀ.
-        let wo = Linear {
-            weight: lo.wo,
-            rows: bt,
-            d_in: d,
-            d_out: d,
-        };
+        let wo = self.linear(lo.wo, d, d);
         let dattn = self.linear_backward(
             wo,
             dx_act,
@@ -187,12 +166,7 @@ impl Model<'_> {
             shape,
         )?;
         drop((dq, dk, dv));
-        let wqkv = Linear {
-            weight: lo.wqkv,
-            rows: bt,
-            d_in: d,
-            d_out: 3 * d,
-        };
+        let wqkv = self.linear(lo.wqkv, d, 3 * d);
         let dh1 = self.linear_backward(
             wqkv,
             Mat::new(dqkv.ptr(), act),

@@ -7,7 +7,6 @@
 //! attention core between RoPE and the merge of heads is [`super::attention`]'s.
 
 use super::attention::AttentionSaved;
-use super::linear::Linear;
 use super::Model;
 use crate::error::Result;
 use crate::gpu::blas::Mat;
@@ -83,12 +82,7 @@ impl Model<'_> {
         )?;
         let logits = self.alloc_in("lm_head", act, bt * v)?;
         self.linear_forward(
-            Linear {
-                weight: self.layout.head,
-                rows: bt,
-                d_in: d,
-                d_out: v,
-            },
+            self.linear(self.layout.head, d, v),
             Mat::new(h_final.ptr(), act),
             0.0,
             Mat::new(logits.ptr(), act),
@@ -131,12 +125,7 @@ impl Model<'_> {
         )?;
         let qkv = self.alloc_in("attn.qkv_proj", act, bt * 3 * d)?;
         self.linear_forward(
-            Linear {
-                weight: lo.wqkv,
-                rows: bt,
-                d_in: d,
-                d_out: 3 * d,
-            },
+            self.linear(lo.wqkv, d, 3 * d),
             Mat::new(h1.ptr(), act),
             0.0,
             Mat::new(qkv.ptr(), act),
@@ -162,12 +151,7 @@ impl Model<'_> {
         let x_mid = self.alloc_in("attn.output_proj", DType::F32, bt * d)?;
         rt.gpu.copy(x_mid.ptr(), x.ptr(), x.bytes())?;
         self.linear_forward(
-            Linear {
-                weight: lo.wo,
-                rows: bt,
-                d_in: d,
-                d_out: d,
-            },
+            self.linear(lo.wo, d, d),
             Mat::new(attn.ptr(), act),
             1.0,
             Mat::new(x_mid.ptr(), DType::F32),
@@ -186,12 +170,7 @@ impl Model<'_> {
         )?;
         let h13 = self.alloc_in("ffn.w1_w3", act, bt * 2 * f)?;
         self.linear_forward(
-            Linear {
-                weight: lo.w13,
-                rows: bt,
-                d_in: d,
-                d_out: 2 * f,
-            },
+            self.linear(lo.w13, d, 2 * f),
             Mat::new(h2.ptr(), act),
             0.0,
             Mat::new(h13.ptr(), act),
@@ -201,12 +180,7 @@ impl Model<'_> {
         let x_out = self.alloc_in("ffn.w2", DType::F32, bt * d)?;
         rt.gpu.copy(x_out.ptr(), x_mid.ptr(), x_mid.bytes())?;
         self.linear_forward(
-            Linear {
-                weight: lo.w2,
-                rows: bt,
-                d_in: f,
-                d_out: d,
-            },
+            self.linear(lo.w2, f, d),
             Mat::new(g.ptr(), act),
             1.0,
             Mat::new(x_out.ptr(), DType::F32),

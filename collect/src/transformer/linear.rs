@@ -21,6 +21,16 @@ pub(super) struct Linear {
 }
 
 impl Model<'_> {
+    /// The layer whose weight starts at `weight`, over the run's tokens.
+    pub(super) fn linear(&self, weight: usize, d_in: usize, d_out: usize) -> Linear {
+        Linear {
+            weight,
+            rows: self.run.tokens(),
+            d_in,
+            d_out,
+        }
+    }
+
     /// `y = x Wᵀ + beta * y` (`beta` 1 adds a residual already copied into `y`).
     pub(super) fn linear_forward(&self, lin: Linear, x: Mat, beta: f32, y: Mat) -> Result<()> {
         self.rt.blas.gemm(

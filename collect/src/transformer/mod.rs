@@ -23,7 +23,8 @@
 //! over `forward` (embedding, blocks, final norm and head, the loss), `attention` (the attention
 //! core of a block, forward and backward: the seam where another attention implementation goes),
 //! `backward` (loss gradient to the embedding, through `linear`'s and the norm's backward helpers)
-//! and `optimizer` (AdamW). [`config`], [`params`], [`plan`] and [`reference`] need no GPU.
+//! and `optimizer` (AdamW). [`config`], [`params`], [`plan`] and [`reference`](mod@reference) need
+//! no GPU.
 
 pub mod config;
 pub mod params;

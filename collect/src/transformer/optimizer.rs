@@ -6,7 +6,8 @@ use super::Model;
 use crate::error::Result;
 use crate::gpu::ops::AdamWStep;
 
-/// AdamW's settings (the CS336 assignment's: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01).
+/// AdamW's settings (the CS336 assignment's: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight
+/// decay 0.01).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamW {
     pub lr: f64,
