@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use analyze::formats::torch_snapshot::{MODULE_FRAME_FILE, PHASE_FRAME_FILE};
-use analyze::memory::{Action, Frame, StackId, Stage};
+use analyze::model::snapshot::{Action, Frame, StackId, Stage};
 
 /// A clock in microseconds, the unit of `time_us` in PyTorch's snapshots.
 #[derive(Clone)]

@@ -11,7 +11,9 @@
 use std::path::Path;
 
 use analyze::formats::torch_snapshot::write;
-use analyze::memory::{Action, Annotation, Block, Frames, Segment, Snapshot, StackId, TraceEntry};
+use analyze::model::snapshot::{
+    Action, Annotation, Block, Frames, Segment, Snapshot, StackId, TraceEntry,
+};
 
 use crate::error::{Error, Result};
 use crate::memory::caching_allocator::AllocatorState;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use analyze::memory::{Action, StackId};
+use analyze::model::snapshot::{Action, StackId};
 
 use super::{
     Backend, CachingAllocator, OutOfMemory, StreamId, LARGE_BUFFER, MIN_BLOCK_SIZE, SMALL_SIZE,

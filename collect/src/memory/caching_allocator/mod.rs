@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use analyze::memory::{Action, StackId};
+use analyze::model::snapshot::{Action, StackId};
 
 use crate::memory::history::{Clock, FrameGuard, HistoryBuffer, HistoryEntry, MemoryContext};
 

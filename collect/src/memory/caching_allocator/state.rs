@@ -2,7 +2,7 @@
 //! ([`AllocatorState`], in the allocator's own terms), its counters ([`MemoryStats`]) and its
 //! errors. Plain data and the one method that fills it; no conversion to a file format here.
 
-use analyze::memory::{AllocatorSettings, BlockState, Frame, SegmentKind, StackId};
+use analyze::model::snapshot::{AllocatorSettings, BlockState, Frame, SegmentKind, StackId};
 
 use super::{Backend, CachingAllocator, Pool};
 use crate::memory::history::{HistoryEntry, HistoryFrameId, PhaseAnnotation};

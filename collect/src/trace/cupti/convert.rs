@@ -30,9 +30,9 @@ pub struct KernelNames {
 /// Demangle a kernel name (Itanium C++ ABI) and take its base name. Names that are not mangled
 /// (`extern "C"` kernels, cuBLAS's `sm90_xmma_gemm_...`) are kept as they are.
 ///
-/// Names are spelled as nsys spells them (NVIDIA's `cu++filt`, see [`crate::trace::demangle`]); a name
-/// that module cannot read (expressions in template arguments) falls back to `cpp_demangle`'s
-/// spelling, whose base name still agrees.
+/// Names are spelled as nsys spells them (NVIDIA's `cu++filt`, see [`crate::trace::demangle`]); a
+/// name that module cannot read (expressions in template arguments) falls back to
+/// `cpp_demangle`'s spelling, whose base name still agrees.
 pub fn kernel_names(raw: &str) -> KernelNames {
     let demangled = if raw.starts_with("_Z") {
         crate::trace::demangle::demangle(raw)
@@ -67,7 +67,7 @@ pub struct RecordConverter {
 }
 
 impl RecordConverter {
-    /// `api_name` names a callback id (on the GPU, [`CuptiTracer::api_name`]).
+    /// `api_name` names a callback id (on the GPU, [`super::CuptiTracer::api_name`]).
     pub fn new(pid: u32, api_name: impl FnMut(ApiDomain, u32) -> String + Send + 'static) -> Self {
         RecordConverter {
             pid,

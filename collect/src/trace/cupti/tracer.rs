@@ -206,8 +206,8 @@ impl CuptiTracer {
     }
 
     /// Flush, stop tracing and hand over what was collected (synchronize the device first).
-    /// Turn the activities into records with [`RecordConverter::convert`], naming API calls with
-    /// [`CuptiTracer::api_name`].
+    /// Turn the activities into records with [`super::RecordConverter::convert`], naming API
+    /// calls with [`CuptiTracer::api_name`].
     pub fn stop(self) -> Result<CollectedActivities, CuptiError> {
         let flushed = self.flush();
         let c = shut_down();
