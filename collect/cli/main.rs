@@ -6,13 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analyze::cli::print;
-use analyze::formats::bench_results;
 use analyze::render::{self, Format};
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 
-use collect::bench::Recording;
-use collect::bench::{self, numerics, BenchOptions};
+use collect::bench::{self, numerics, report, BenchOptions, Recording};
 use collect::gpu::device_memory::AllocatorKind;
 use collect::gpu::ops::Runtime;
 use collect::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
@@ -223,24 +220,13 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         run.validate()?;
     }
     let rt = Runtime::open_with(opts.allocator)?;
-    eprintln!(
-        "collect: {} (sm_{}{}, driver {}, {} of memory)",
-        rt.gpu.info.name,
-        rt.gpu.info.compute_capability.0,
-        rt.gpu.info.compute_capability.1,
-        rt.gpu.info.driver,
-        plan::human_bytes(rt.gpu.info.total_memory)
-    );
+    eprintln!("{}", report::device_line(&rt.gpu.info));
     let rows = bench::run_grid(&rt, &opts, |line| eprintln!("{line}"))?;
     if let Some(path) = &a.out {
-        let text = bench_results::to_json(&bench::results_file(&rows, &rt.gpu.info, &opts))?;
-        analyze::atomic_file::write_file(path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        report::write_results_file(path, &rows, &rt.gpu.info, &opts)?;
     }
-    Ok(print(&render::render_to_string(
-        a.format,
-        &bench::document(&rows, &rt.gpu.info),
-    ))?)
+    let table = report::document(&rows, &rt.gpu.info);
+    Ok(print(&render::render_to_string(a.format, &table))?)
 }
 
 fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
@@ -260,15 +246,6 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
     } else {
         numerics::Grads::FirstLast
     };
-    let s = numerics::dump(&rt, &run, a.seed, &a.out, grads)?;
-    Ok(print(&format!(
-        "{} {} ctx {} batch {}: loss {:.6}, {} tensors written to {}\n",
-        run.model.label(),
-        run.precision,
-        run.ctx,
-        run.batch,
-        s.loss,
-        s.tensors_written,
-        a.out.display()
-    ))?)
+    let summary = numerics::dump(&rt, &run, a.seed, &a.out, grads)?;
+    Ok(print(&summary.describe(&run, &a.out))?)
 }

@@ -13,7 +13,8 @@
 //! - [`trace`]: CUPTI activity tracing and the ranges of a traced run, as nsys-schema records;
 //! - [`transformer`]: the model's configuration, parameter layout, forward, backward and
 //!   optimizer on the GPU, its CPU reference and its GPU-free plan;
-//! - [`bench`]: the benchmark harness, its tables and results file, and the numerics dump.
+//! - [`bench`](mod@bench): the benchmark harness, its tables and results file, and the numerics
+//!   dump.
 //!
 //! The files a run writes are `analyze`'s formats (`analyze::formats`): this crate builds their
 //! records and never spells a format itself.

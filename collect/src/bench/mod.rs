@@ -11,32 +11,30 @@
 //! does (warm up, `reset_peak_memory_stats()`, step). [`Recording`] asks for more: a memory
 //! snapshot of that last step (history recorded with our own frames: the phase ranges and the
 //! model's module paths; the step waits for the device at the end of each phase so that the
-//! snapshot's phase marks follow the GPU) and an nsys-schema SQLite trace of the whole configuration (CUPTI
-//! activity records and the NVTX ranges, from the model's build to the last step) with its run
-//! metadata. Both are written atomically once the configuration has run; with more than one
-//! configuration each file name gets the configuration's label ([`output_path`]).
+//! snapshot's phase marks follow the GPU) and an nsys-schema SQLite trace of the whole
+//! configuration (CUPTI activity records and the NVTX ranges, from the model's build to the last
+//! step) with its run metadata. Both are written atomically once the configuration has run; with
+//! more than one configuration each file name gets the configuration's label ([`output_path`]).
 //!
-//! Statistics are pure functions ([`Stats::of`]); the table and the JSON results file are built
-//! from the rows ([`document`], [`results_file`]); writing the results file is the caller's.
+//! Statistics are pure functions ([`stats`]); the table, the JSON results file and a trace's run
+//! metadata are built from the rows in [`report`]. Beside the harness: [`numerics`], which dumps
+//! one step's tensors for a PyTorch check, through [`safetensors`].
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
 
-use analyze::formats::bench_results::{
-    self, AllocatorCounters, Memory, ResultsFile, RunResult, Settings, StepTimes,
-};
 use analyze::formats::nsys_sqlite;
-use analyze::formats::run_metadata::{self, RunDescription, RunMetadata};
-use analyze::render::{Cell, Document, Section, Table};
+use analyze::render::cells::format_bytes;
 use cudarc::driver::sys::CUevent_flags;
 
 pub mod numerics;
+pub mod report;
 pub mod safetensors;
+pub mod stats;
 
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::caching::SharedCaching;
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::device_memory::AllocatorKind;
 use crate::gpu::ops::Runtime;
 use crate::memory::frames::{self as memory_frames, PhaseFrames};
@@ -45,8 +43,9 @@ use crate::memory::snapshot as memory_snapshot;
 use crate::nvtx::{self, range, RangeListener};
 use crate::trace::session::TraceSession;
 use crate::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
-use crate::transformer::plan;
 use crate::transformer::Model;
+use report::run_metadata;
+use stats::Stats;
 
 /// History entries kept while recording (PyTorch's `max_entries` default is larger than any
 /// one step of these models needs: the large model's train step at ctx 256 makes 2,829).
@@ -142,68 +141,6 @@ impl BenchOptions {
             }
         }
         out
-    }
-}
-
-/// Summary of a list of step times (milliseconds).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Stats {
-    pub mean: f64,
-    /// Sample standard deviation (n − 1); 0 for a single step.
-    pub std: f64,
-    pub min: f64,
-    pub max: f64,
-    /// Middle value (mean of the two middle values for an even count).
-    pub median: f64,
-    /// Coefficient of variation, std / mean.
-    pub cv: f64,
-    /// The first timed step on its own.
-    pub first: f64,
-}
-
-impl Stats {
-    /// `None` for an empty list.
-    pub fn of(ms: &[f64]) -> Option<Stats> {
-        let n = ms.len();
-        if n == 0 {
-            return None;
-        }
-        let mean = ms.iter().sum::<f64>() / n as f64;
-        let var = if n > 1 {
-            ms.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
-        } else {
-            0.0
-        };
-        let mut sorted = ms.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let median = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        let std = var.sqrt();
-        Some(Stats {
-            mean,
-            std,
-            min: sorted[0],
-            max: sorted[n - 1],
-            median,
-            cv: if mean > 0.0 { std / mean } else { 0.0 },
-            first: ms[0],
-        })
-    }
-
-    /// As the results file gives them.
-    fn step_times(&self) -> StepTimes {
-        StepTimes {
-            mean_ms: Some(self.mean),
-            std_ms: Some(self.std),
-            min_ms: Some(self.min),
-            max_ms: Some(self.max),
-            median_ms: Some(self.median),
-            cv: Some(self.cv),
-            first_ms: Some(self.first),
-        }
     }
 }
 
@@ -473,57 +410,6 @@ pub fn run_one_with(
     Ok(measured)
 }
 
-/// Run-metadata keys `bench` adds to [`run_metadata::keys`].
-pub mod keys {
-    pub const TF32: &str = "tf32";
-    pub const ALLOCATOR: &str = "allocator";
-    /// The caching allocator's `max_memory_allocated` over the last timed step (bytes).
-    pub const PEAK_ALLOCATED_BYTES: &str = "peak_allocated_bytes";
-    /// Its `max_memory_reserved` over the same step.
-    pub const PEAK_RESERVED_BYTES: &str = "peak_reserved_bytes";
-    /// The peak of the bytes requested over the whole configuration (the pool allocator's runs).
-    pub const PEAK_REQUESTED_BYTES: &str = "peak_requested_bytes";
-}
-
-/// The `RUN_METADATA` of a measured configuration: what ran, on what, and its step times.
-pub fn run_metadata(
-    run: &RunConfig,
-    warmup: usize,
-    m: &Measured,
-    device: &DeviceInfo,
-    allocator: AllocatorKind,
-) -> RunMetadata {
-    let c = &run.model;
-    let mut meta = RunMetadata::describe(&RunDescription {
-        model: c.label(),
-        d_model: c.d_model as u32,
-        d_ff: c.d_ff as u32,
-        layers: c.layers as u32,
-        heads: c.heads as u32,
-        vocab: c.vocab as u32,
-        ctx: run.ctx as u32,
-        batch: run.batch as u32,
-        mode: run.mode.as_str().to_owned(),
-        precision: run.precision.as_str().to_owned(),
-    });
-    meta.set(keys::TF32, run.tf32)
-        .set(run_metadata::keys::WARMUP, warmup)
-        .set_step_times_ms(&m.host_ms)
-        .set(run_metadata::keys::DEVICE, &device.name)
-        .set(run_metadata::keys::DRIVER, &device.driver)
-        .set(keys::ALLOCATOR, allocator);
-    match &m.allocator {
-        Some(a) => {
-            meta.set(keys::PEAK_ALLOCATED_BYTES, a.max_allocated)
-                .set(keys::PEAK_RESERVED_BYTES, a.max_reserved);
-        }
-        None => {
-            meta.set(keys::PEAK_REQUESTED_BYTES, m.memory.peak);
-        }
-    }
-    meta
-}
-
 /// Run the whole grid; `progress` gets one line per configuration as it starts and ends.
 pub fn run_grid(
     rt: &Runtime,
@@ -557,7 +443,7 @@ pub fn run_grid(
                     grid.len(),
                     m.host.mean,
                     m.host.median,
-                    plan::human_bytes(m.memory.peak)
+                    format_bytes(m.memory.peak)
                 ));
                 for f in &m.written {
                     progress(&format!("[{}/{}] wrote {}", i + 1, grid.len(), f.display()));
@@ -594,179 +480,9 @@ fn describe(run: &RunConfig) -> String {
     )
 }
 
-/// Tokens per second from a mean step time.
-pub fn tokens_per_second(run: &RunConfig, mean_ms: f64) -> f64 {
-    run.tokens() as f64 / (mean_ms / 1e3)
-}
-
-/// The results table: one row per configuration, times from the host clock (as the PyTorch
-/// reference reports them), the CUDA-event mean beside them.
-pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
-    let mut t = Table::new([
-        "size",
-        "ctx",
-        "mode",
-        "precision",
-        "mean (ms)",
-        "std (ms)",
-        "median (ms)",
-        "min (ms)",
-        "max (ms)",
-        "CV (%)",
-        "first (ms)",
-        "tokens/s",
-        "events mean (ms)",
-        "peak memory",
-    ]);
-    for r in rows {
-        let mut row = vec![
-            Cell::text(r.run.model.label()),
-            Cell::Int(r.run.ctx as i64),
-            Cell::text(r.run.mode.as_str()),
-            Cell::text(r.run.precision.as_str()),
-        ];
-        match &r.outcome {
-            Outcome::Ran(m) => {
-                let h = &m.host;
-                row.extend([
-                    Cell::Float(h.mean, 2),
-                    Cell::Float(h.std, 2),
-                    Cell::Float(h.median, 2),
-                    Cell::Float(h.min, 2),
-                    Cell::Float(h.max, 2),
-                    Cell::Float(h.cv * 100.0, 1),
-                    Cell::Float(h.first, 2),
-                    Cell::Int(tokens_per_second(&r.run, h.mean).round() as i64),
-                    Cell::Float(m.event.mean, 2),
-                    Cell::text(plan::human_bytes(m.memory.peak)),
-                ]);
-            }
-            Outcome::OutOfMemory { .. } => {
-                row.push(Cell::text("OOM"));
-                row.extend(std::iter::repeat_n(Cell::Missing, 9));
-            }
-        }
-        t.push(row);
-    }
-    Document {
-        sections: vec![Section {
-            title: Some(format!(
-                "collect bench on {} (driver {})",
-                device.name, device.driver
-            )),
-            table: t,
-            notes: Vec::new(),
-        }],
-        json: None,
-    }
-}
-
-/// The results file (`--out`): the device, the settings and every configuration with all its
-/// step times ([`analyze::formats::bench_results`] writes it).
-pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> ResultsFile {
-    let results = rows
-        .iter()
-        .map(|r| {
-            let c = &r.run.model;
-            let plan = plan::plan(&r.run);
-            let mut v = RunResult {
-                size: Some(c.label()),
-                d_model: Some(c.d_model as u64),
-                d_ff: Some(c.d_ff as u64),
-                layers: Some(c.layers as u64),
-                heads: Some(c.heads as u64),
-                ctx: Some(r.run.ctx as u32),
-                batch: Some(r.run.batch as u32),
-                mode: Some(r.run.mode.as_str().to_owned()),
-                precision: Some(r.run.precision.as_str().to_owned()),
-                tf32: Some(r.run.tf32),
-                parameters: Some(c.parameters()),
-                flops_per_step: Some(plan.flops.per_step),
-                planned_peak_bytes: Some(plan.memory.peak),
-                ..RunResult::default()
-            };
-            match &r.outcome {
-                Outcome::Ran(m) => {
-                    v.status = Some("ok".into());
-                    v.host = Some(m.host.step_times());
-                    v.events = Some(m.event.step_times());
-                    v.host_step_ms = Some(m.host_ms.clone());
-                    v.event_step_ms = Some(m.event_ms.clone());
-                    v.tokens_per_s = Some(tokens_per_second(&r.run, m.host.mean));
-                    v.loss = Some(m.loss.map(f64::from));
-                    v.memory = Some(Memory {
-                        after_build_bytes: Some(m.memory.after_build),
-                        in_use_bytes: Some(m.memory.in_use),
-                        peak_bytes: Some(m.memory.peak),
-                        device_used_bytes: Some(m.memory.device_used),
-                        allocator: m.allocator.as_ref().map(|a| AllocatorCounters {
-                            kind: Some(AllocatorKind::Caching.as_str().into()),
-                            peak_window: Some("last timed step".into()),
-                            max_allocated_bytes: Some(a.max_allocated),
-                            max_reserved_bytes: Some(a.max_reserved),
-                            allocated_bytes: Some(a.allocated),
-                            reserved_bytes: Some(a.reserved),
-                            device_allocs: Some(a.device_allocs),
-                            history_entries: Some(a.history_entries as u64),
-                        }),
-                    });
-                    if !m.written.is_empty() {
-                        v.files = Some(m.written.iter().map(|p| p.display().to_string()).collect());
-                    }
-                }
-                Outcome::OutOfMemory { what } => {
-                    v.status = Some("oom".into());
-                    v.oom = Some(what.clone());
-                }
-            }
-            v
-        })
-        .collect();
-    ResultsFile {
-        device: Some(bench_results::Device {
-            name: Some(device.name.clone()),
-            driver: Some(device.driver.clone()),
-            compute_capability: Some(format!(
-                "{}.{}",
-                device.compute_capability.0, device.compute_capability.1
-            )),
-            total_memory_bytes: Some(device.total_memory),
-            multiprocessors: Some(i64::from(device.multiprocessors)),
-        }),
-        settings: Some(Settings {
-            batch: Some(opts.batch as u64),
-            warmup: Some(opts.warmup as u64),
-            steps: Some(opts.steps as u64),
-            tf32: Some(opts.tf32),
-            seed: Some(opts.seed),
-            allocator: Some(opts.allocator.as_str().to_owned()),
-            timing: Some(
-                "host clock from the step's launch to the end of a stream synchronize; CUDA \
-                 events around the step"
-                    .to_owned(),
-            ),
-        }),
-        results,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stats_match_hand_computation() {
-        let s = Stats::of(&[12.0, 10.0, 11.0, 13.0]).unwrap();
-        assert_eq!(s.mean, 11.5);
-        assert_eq!(s.median, 11.5);
-        assert_eq!((s.min, s.max, s.first), (10.0, 13.0, 12.0));
-        // Sample variance: (0.25 + 2.25 + 0.25 + 2.25) / 3.
-        assert!((s.std - (5.0f64 / 3.0).sqrt()).abs() < 1e-12);
-        assert!((s.cv - s.std / 11.5).abs() < 1e-12);
-        let one = Stats::of(&[7.0]).unwrap();
-        assert_eq!((one.std, one.median, one.cv), (0.0, 7.0, 0.0));
-        assert!(Stats::of(&[]).is_none());
-    }
 
     #[test]
     fn grid_runs_every_combination_in_order() {
@@ -827,18 +543,5 @@ mod tests {
         };
         assert!(rec.any() && !Recording::default().any());
         assert_eq!(rec.for_run(&run, false), rec);
-    }
-
-    #[test]
-    fn tokens_per_second_uses_batch_times_ctx() {
-        let run = RunConfig {
-            model: ModelConfig::preset("small").unwrap(),
-            ctx: 256,
-            batch: 4,
-            mode: Mode::Train,
-            precision: Precision::Fp32,
-            tf32: false,
-        };
-        assert_eq!(tokens_per_second(&run, 512.0), 2000.0);
     }
 }

@@ -1,8 +1,9 @@
 //! `collect numerics`: one forward and backward of a configuration on fixed weights and tokens,
-//! written out for an outside referee (`scripts/torch_numerics.py` loads them into PyTorch).
-//! `weights.safetensors` holds every parameter under its PyTorch state-dict name;
+//! written out for an outside referee (`scripts/reference/torch_numerics.py` loads them into
+//! PyTorch). `weights.safetensors` holds every parameter under its PyTorch state-dict name;
 //! `outputs.safetensors` the tokens, targets, logits (fp32; bf16 logits widened exactly), the
-//! loss, and the gradients of the chosen tensors as `grad.<name>`.
+//! loss, and the gradients of the chosen tensors as `grad.<name>`. Checking them is the
+//! referee's: nothing here compares numbers.
 
 use std::path::Path;
 
@@ -21,9 +22,26 @@ pub enum Grads {
     FirstLast,
 }
 
+/// What a dump wrote.
 pub struct Summary {
     pub loss: f32,
     pub tensors_written: usize,
+}
+
+impl Summary {
+    /// The line `collect numerics` prints: the configuration, the loss and where the files went.
+    pub fn describe(&self, run: &RunConfig, dir: &Path) -> String {
+        format!(
+            "{} {} ctx {} batch {}: loss {:.6}, {} tensors written to {}\n",
+            run.model.label(),
+            run.precision,
+            run.ctx,
+            run.batch,
+            self.loss,
+            self.tensors_written,
+            dir.display()
+        )
+    }
 }
 
 pub fn dump(rt: &Runtime, run: &RunConfig, seed: u64, dir: &Path, grads: Grads) -> Result<Summary> {

@@ -9,6 +9,7 @@
 //! the estimate can be checked against the peak `collect bench` measures. Pure arithmetic;
 //! rendering through `analyze::render`.
 
+use analyze::render::cells::format_bytes;
 use analyze::render::{Cell, Document, Section, Table};
 use serde_json::{json, Value};
 
@@ -137,22 +138,6 @@ pub fn plan(run: &RunConfig) -> Plan {
     }
 }
 
-/// `1.23 GiB`-style size for the table (JSON keeps bytes).
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
 impl Plan {
     pub fn to_json(&self) -> Value {
         let c = &self.run.model;
@@ -230,7 +215,7 @@ impl Plan {
             mem.push(vec![
                 Cell::text(k),
                 Cell::Int(v as i64),
-                Cell::text(human_bytes(v)),
+                Cell::text(format_bytes(v)),
             ]);
         }
         Document {
@@ -290,11 +275,5 @@ mod tests {
         assert_eq!(t.memory.residual_stream, 4 * 256 * 1024 * 4);
         assert_eq!(t.memory.bf16_weights * 2, t.memory.parameters);
         assert!(t.memory.peak > f.memory.peak);
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
     }
 }
