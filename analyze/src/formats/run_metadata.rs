@@ -1,9 +1,10 @@
 //! Run metadata: what was measured (model size, context length, batch, mode, precision) and
 //! how long the steps took, as the name/value pairs of the `RUN_METADATA` table that `collect`
 //! writes beside the nsys tables ([`super::nsys_sqlite::write`]) and that
-//! [`super::nsys_sqlite::read`] loads into [`crate::model::trace::Source::run`], where the profile and
-//! the report's labels look the keys up. Values are text; numbers are written so that Rust's and
-//! Python's parsers read them back exactly. No I/O here.
+//! [`super::nsys_sqlite::read`] loads into [`crate::model::trace::Source::run`], where the
+//! profile and the report's labels look the keys up ([`head_dim`] reads the head dimension
+//! for both). Values are text; numbers are written so that Rust's and Python's parsers read them
+//! back exactly. No I/O here.
 
 use std::collections::BTreeMap;
 

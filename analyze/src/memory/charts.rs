@@ -1,6 +1,7 @@
 //! The memory charts, as data for [`crate::render::plot`]: the allocated-memory timeline (reserved
 //! beside it, phases shaded, the peak marked, the bytes allocated before recording as a
-//! reference line) and the stacked bar of categories at the peak (one bar per snapshot).
+//! reference line) and the stacked bar of categories at the peak (one bar per snapshot), and
+//! [`write_charts`], which writes them as `analyze memory --plot` does.
 
 use std::path::{Path, PathBuf};
 

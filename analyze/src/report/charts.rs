@@ -1,7 +1,8 @@
-//! The report's charts, as data for [`crate::render::plot`]: kernel time by class as stacked bars (one
-//! bar per run, and one per pass of each run), and the GEMM fraction against context length as
-//! lines with marked, labelled points ([`LinePlot`], drawn here because [`crate::render::plot`] has no
-//! chart with a categorical x axis). Memory charts come from [`crate::memory::charts`].
+//! The report's charts, as data for [`crate::render::plot`]: kernel time by class as stacked
+//! bars (one bar per run, and one per pass of each run), and the GEMM fraction against context
+//! length as lines with marked, labelled points ([`LinePlot`], drawn here because
+//! [`crate::render::plot`] has no chart with a categorical x axis). Memory charts come from
+//! [`crate::memory::charts`].
 
 use std::path::Path;
 

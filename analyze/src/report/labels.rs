@@ -5,8 +5,9 @@
 //! shown as given and read with the file-name pattern for the fields it names), the run
 //! metadata the file carries (the `RUN_METADATA` table that `collect --trace` writes: `model`,
 //! `ctx`, `batch`, `mode`, `precision`, `d_model`, `heads`), and the file name read by
-//! [`crate::memory::summary::parse_run_name`] (`..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...`).
-//! A field one source lacks is taken from the next. Nothing here reads files.
+//! [`crate::memory::summary::parse_run_name`]
+//! (`..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...`). A field one source lacks is taken
+//! from the next. Nothing here reads files.
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,10 @@
 //! tables with full-precision numbers, plus every run's complete results) and the plots, all
 //! into one folder, each file written atomically.
 //!
-//! [`markdown`] and [`json()`] are pure; [`write()`] does the writing.
+//! [`markdown`] and [`json()`] are pure; [`write()`] does the writing. The Markdown is the
+//! report's own view, richer than a [`crate::render::Document`] (paragraphs, folded tables, plot
+//! links); its tables are written by the Markdown renderer's
+//! [`write_markdown_table`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

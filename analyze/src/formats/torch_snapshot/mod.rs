@@ -1,8 +1,8 @@
 //! PyTorch CUDA memory snapshots (the dict `torch.cuda.memory._snapshot()` returns, pickled by
 //! `_dump_snapshot`), defined once for both sides: [`read`] loads what PyTorch 2.0 to 2.11
-//! wrote into the snapshot model ([`crate::model::snapshot::Snapshot`]), and [`write`](mod@write) writes
-//! that model as PyTorch 2.11 does, which is how `collect` saves its allocator's history. Both
-//! go through the plain-data [`super::pickle`] codec.
+//! wrote into the snapshot model ([`crate::model::snapshot::Snapshot`]), and
+//! [`write`](mod@write) writes that model as PyTorch 2.11 does, which is how `collect` saves its
+//! allocator's history. Both go through the plain-data [`super::pickle`] codec.
 //!
 //! This module holds what both name: the dictionary keys ([`key`]) and the frame files that mark
 //! `collect`'s phase and module frames. The words of the vocabulary (actions, block states,

@@ -1,0 +1,278 @@
+//! The timeline chart: values over x as filled areas and lines, shaded bands (phases), a marked
+//! point (the peak) and labelled reference lines, with a legend; and the decimation that keeps a
+//! long series drawable without losing its extremes.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{draw_err, draw_header, grid_style, nice_max, Chart, FONT};
+
+/// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's
+/// minimum and maximum so peaks survive.
+pub fn decimate_minmax(points: &[(f64, f64)], buckets: usize) -> Vec<(f64, f64)> {
+    if points.len() <= 2 * buckets.max(1) {
+        return points.to_vec();
+    }
+    let (x0, x1) = (points[0].0, points[points.len() - 1].0);
+    let width = (x1 - x0) / buckets as f64;
+    if width <= 0.0 || !width.is_finite() {
+        return points.to_vec();
+    }
+    let mut out = Vec::with_capacity(2 * buckets + 2);
+    let mut i = 0;
+    while i < points.len() {
+        let b = ((points[i].0 - x0) / width).floor();
+        let mut j = i;
+        let (mut lo, mut hi) = (i, i);
+        while j < points.len() && ((points[j].0 - x0) / width).floor() == b {
+            if points[j].1 < points[lo].1 {
+                lo = j;
+            }
+            if points[j].1 > points[hi].1 {
+                hi = j;
+            }
+            j += 1;
+        }
+        let (a, c) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+        out.push(points[a]);
+        if c != a {
+            out.push(points[c]);
+        }
+        // Keep the bucket's last point so steps end where they should.
+        if j - 1 != c && j - 1 != a {
+            out.push(points[j - 1]);
+        }
+        i = j;
+    }
+    out
+}
+
+/// A line (optionally filled down to zero) of a [`TimelineChart`].
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+    pub filled: bool,
+}
+
+/// A shaded x-range with a label at its top.
+#[derive(Clone, Debug)]
+pub struct Band {
+    pub start: f64,
+    pub end: f64,
+    pub label: String,
+    pub color: RGBColor,
+}
+
+/// A highlighted point with a label.
+#[derive(Clone, Debug)]
+pub struct Marker {
+    pub x: f64,
+    pub y: f64,
+    pub label: String,
+}
+
+/// A horizontal reference line with a label.
+#[derive(Clone, Debug)]
+pub struct HLine {
+    pub y: f64,
+    pub label: String,
+}
+
+/// Values over x: filled areas and lines, shaded bands, a marked point, reference lines.
+#[derive(Clone, Debug)]
+pub struct TimelineChart {
+    pub title: String,
+    pub subtitle: Option<String>,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub bands: Vec<Band>,
+    pub marker: Option<Marker>,
+    pub hlines: Vec<HLine>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// `c` blended towards white by `amount` (0: unchanged, 1: white), as an opaque colour.
+pub fn lighten(c: RGBColor, amount: f64) -> RGBColor {
+    let mix = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * amount).round() as u8;
+    RGBColor(mix(c.0), mix(c.1), mix(c.2))
+}
+
+impl Chart for TimelineChart {
+    fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let (w, _) = self.size();
+        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
+
+        let all = self.series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+        for &(x, y) in all {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+        if !x0.is_finite() {
+            (x0, x1) = (0.0, 1.0);
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        let y_top = nice_max(y1);
+
+        let mut chart = ChartBuilder::on(&body)
+            .margin_left(16)
+            .margin_right(28)
+            .margin_bottom(12)
+            .x_label_area_size(46)
+            .y_label_area_size(72)
+            .build_cartesian_2d(x0..x1, 0.0..y_top)
+            .map_err(draw_err)?;
+        let mut mesh = chart.configure_mesh();
+        grid_style(&mut mesh)
+            .x_desc(self.x_label.clone())
+            .y_desc(self.y_label.clone())
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(draw_err)?;
+
+        // Bands under everything, labelled along the top edge.
+        for b in &self.bands {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(b.start, 0.0), (b.end, y_top)],
+                    b.color.mix(0.13).filled(),
+                )))
+                .map_err(draw_err)?;
+        }
+        let plot_w = f64::from(w.saturating_sub(130).max(1));
+        for b in &self.bands {
+            // Skip labels of bands too narrow to hold them.
+            let px = (b.end - b.start) / (x1 - x0) * plot_w;
+            if px < 8.0 * b.label.len() as f64 {
+                continue;
+            }
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    b.label.clone(),
+                    ((b.start + b.end) / 2.0, y_top * 0.975),
+                    (FONT, 14)
+                        .into_font()
+                        .color(&b.color.mix(0.9))
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )))
+                .map_err(draw_err)?;
+        }
+
+        for s in &self.series {
+            let color = s.color;
+            if s.filled {
+                chart
+                    .draw_series(
+                        // Opaque, so the bands show above the curve and do not tint the area.
+                        AreaSeries::new(s.points.iter().copied(), 0.0, lighten(color, 0.55))
+                            .border_style(color.stroke_width(2)),
+                    )
+                    .map_err(draw_err)?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 6), (x + 16, y + 6)], lighten(color, 0.55).filled())
+                    });
+            } else {
+                chart
+                    .draw_series(LineSeries::new(
+                        s.points.iter().copied(),
+                        color.stroke_width(2),
+                    ))
+                    .map_err(draw_err)?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+            }
+        }
+
+        for h in &self.hlines {
+            let grey = RGBColor(80, 80, 80);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x0, h.y), (x1, h.y)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(draw_err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    h.label.clone(),
+                    (x0 + (x1 - x0) * 0.01, h.y - y_top * 0.012),
+                    (FONT, 13)
+                        .into_font()
+                        .color(&grey)
+                        .pos(Pos::new(HPos::Left, VPos::Top)),
+                )))
+                .map_err(draw_err)?;
+        }
+
+        if let Some(m) = &self.marker {
+            let red = RGBColor(200, 30, 30);
+            chart
+                .draw_series(std::iter::once(Circle::new((m.x, m.y), 6, red.filled())))
+                .map_err(draw_err)?;
+            // Put the label on the side of the point with more room.
+            let right_side = m.x - x0 < (x1 - x0) * 0.6;
+            let (hpos, dx) = if right_side {
+                (HPos::Left, (x1 - x0) * 0.012)
+            } else {
+                (HPos::Right, -(x1 - x0) * 0.012)
+            };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    m.label.clone(),
+                    (m.x + dx, m.y),
+                    (FONT, 15)
+                        .into_font()
+                        .color(&red)
+                        .pos(Pos::new(hpos, VPos::Bottom)),
+                )))
+                .map_err(draw_err)?;
+        }
+
+        // Bands join the legend (once per label), so narrow ones are still named.
+        let mut seen: Vec<&str> = Vec::new();
+        for b in &self.bands {
+            if seen.contains(&b.label.as_str()) {
+                continue;
+            }
+            seen.push(&b.label);
+            let color = b.color;
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                .map_err(draw_err)?
+                .label(b.label.clone())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.mix(0.25).filled())
+                });
+        }
+
+        if !self.series.is_empty() || !self.bands.is_empty() {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .margin(12)
+                .label_font((FONT, 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(200, 200, 200))
+                .draw()
+                .map_err(draw_err)?;
+        }
+        Ok(())
+    }
+}
