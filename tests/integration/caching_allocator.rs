@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use analyze::memory::Action;
+use analyze::model::snapshot::Action;
 use collect::memory::caching_allocator::{
     round_size, segment_size, AllocatorConfig, Backend, CachingAllocator, Oom, StreamId,
 };
@@ -464,7 +464,7 @@ fn layout(a: &CachingAllocator<FakeDevice>) -> Vec<Vec<(u64, u64, bool)>> {
                     (
                         b.address - s.address,
                         b.size,
-                        b.state == analyze::memory::BlockState::ActiveAllocated,
+                        b.state == analyze::model::snapshot::BlockState::ActiveAllocated,
                     )
                 })
                 .collect()
