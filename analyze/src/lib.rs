@@ -10,7 +10,7 @@
 //! - `kernels`: kernel names across tools, kernel classes and table labels;
 //! - the analyses, pure functions over the model that return data, each with a sibling module
 //!   that lays its result out as tables: `stats` (the `nsys stats` reports), `profile` (per-phase
-//!   figures of one trace), [`memory`] (peaks and categories of one snapshot), `compare` (two
+//!   figures of one trace), `memory` (peaks and categories of one snapshot), `compare` (two
 //!   traces or two snapshots) and `report` (a write-up over a sweep of runs);
 //! - [`render`]: the tables as text, CSV, JSON or Markdown, their cell formatters, and the charts.
 //!
@@ -26,6 +26,7 @@ pub mod error;
 pub mod formats;
 #[cfg(feature = "analysis")]
 pub mod kernels;
+#[cfg(feature = "analysis")]
 pub mod memory;
 pub mod model;
 #[cfg(feature = "analysis")]

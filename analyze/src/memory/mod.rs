@@ -11,26 +11,13 @@
 //!   out as tables, one snapshot or many side by side;
 //! - [`charts`] draws the timeline and the category bar through [`crate::render::plot`].
 //!
-//! Nothing here reads files. The snapshot types, and [`format_bytes`] (defined with the other
-//! cell formatters in [`crate::render::cells`]), are also reachable by this module's path
-//! (`memory::Snapshot`, `memory::Action`, ...), as `collect` names them.
+//! Nothing here reads files; [`charts::write_charts`] writes the plot files.
 
-#[cfg(feature = "analysis")]
 pub mod categories;
-#[cfg(feature = "analysis")]
 pub mod charts;
-#[cfg(feature = "analysis")]
 pub mod inference;
-#[cfg(feature = "analysis")]
 pub mod peak;
-#[cfg(feature = "analysis")]
 pub mod phases;
-#[cfg(feature = "analysis")]
 pub mod summary;
-#[cfg(feature = "analysis")]
 pub mod tables;
-#[cfg(feature = "analysis")]
 pub mod timeline;
-
-pub use crate::model::snapshot::*;
-pub use crate::render::cells::format_bytes;

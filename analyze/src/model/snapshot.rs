@@ -6,7 +6,7 @@
 //! frames both refer to. [`crate::formats::torch_snapshot`] reads a file into these types and
 //! writes them back for `collect`; their enums are the snapshot's vocabulary, each with its
 //! spelling in the file (`as_str`). Nothing here reads files or analyses anything: the analyses
-//! over snapshots are in [`crate::memory`]. The trace model of GPU work is the sibling
+//! over snapshots are in `crate::memory`. The trace model of GPU work is the sibling
 //! [`super::trace`].
 
 use serde::Serialize;

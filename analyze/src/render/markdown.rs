@@ -1,6 +1,6 @@
 //! GitHub-flavoured Markdown: `###` titles, pipe tables with numeric columns right-aligned, and
 //! text escaped so that kernel names with template arguments survive GitHub's HTML filter. The
-//! report's own Markdown ([`crate::report`]) writes its tables with [`write_markdown_table`].
+//! report's own Markdown (`crate::report`) writes its tables with [`write_markdown_table`].
 
 use std::io::{self, Write};
 

@@ -6,7 +6,7 @@
 //! richer than a list of tables (`profile`, `memory`). Every format is a [`Renderer`], one module
 //! each ([`text`], [`csv`], [`json`], [`markdown`]); the three that print section by section share
 //! the order of title, table and notes ([`Sectioned`]). [`cells`] holds the cell formatters every
-//! table uses (milliseconds, percentages, MiB) and [`plot`] draws charts as PNG or SVG.
+//! table uses (milliseconds, percentages, MiB) and `plot` draws charts as PNG or SVG.
 
 pub mod cells;
 pub mod csv;
