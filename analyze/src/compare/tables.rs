@@ -47,7 +47,7 @@ impl DocumentOptions {
 }
 
 fn avg_cell(s: &Side) -> Cell {
-    s.average().map_or(Cell::Missing, |a| Cell::Float(a, 1))
+    opt_float(s.average(), 1)
 }
 
 const DELTA_COLUMNS: &[&str] = &[
@@ -143,10 +143,9 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
     if let Some(g) = &c.gemm_fraction {
         summary.push(vec![
             Cell::text("GEMM % of kernel time"),
-            g.a.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
-            g.b.map_or(Cell::Missing, |v| Cell::Float(v * 100.0, 1)),
-            g.delta_points()
-                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            opt_pct(g.a),
+            opt_pct(g.b),
+            opt_float(g.delta_points(), 1),
             Cell::Missing,
         ]);
     }
@@ -227,8 +226,7 @@ fn passes_section(rows: &[PassDelta]) -> Section {
             opt_ms(p.b.wall_ns_per_step),
             opt_pct(p.a.gemm_fraction),
             opt_pct(p.b.gemm_fraction),
-            p.gemm_delta_points()
-                .map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            opt_float(p.gemm_delta_points(), 1),
             Cell::text(&p.name),
         ]);
     }

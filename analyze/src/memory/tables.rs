@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::summary::{category_order, MemoryReport, SegmentStats};
 use crate::render::cells::{
-    bytes_to_mib, change_pct, mib, opt_int, opt_mib, opt_ms_of_us, opt_text,
+    bytes_to_mib, change_pct, mib, opt_int, opt_mib, opt_ms_of_us, opt_text, pct,
 };
 use crate::render::{Cell, Document, Section, Table};
 
@@ -209,7 +209,7 @@ pub fn report_document(r: &MemoryReport) -> Document {
             mib(c.bytes),
             Cell::Int(c.bytes as i64),
             Cell::Int(c.count as i64),
-            Cell::Float(c.share * 100.0, 1),
+            pct(c.share),
         ]);
     }
 
@@ -272,7 +272,7 @@ pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
     bytes(&mut t, "largest free block", s.largest_free_block_bytes);
     t.push(vec![
         Cell::text("fragmentation %"),
-        Cell::Float(s.fragmentation * 100.0, 1),
+        pct(s.fragmentation),
         Cell::Missing,
     ]);
     Section {

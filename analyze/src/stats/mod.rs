@@ -21,6 +21,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::model::trace::Trace;
+use crate::render::cells::opt_float;
 use crate::render::{Cell, Document, Section, Table};
 
 pub use cuda_gpu_kern_sum::KernelName;
@@ -298,10 +299,6 @@ pub fn duration_cells(s: &Summary) -> [Cell; 7] {
     ]
 }
 
-fn float_or_missing(v: Option<f64>, decimals: usize) -> Cell {
-    v.map_or(Cell::Missing, |v| Cell::Float(v, decimals))
-}
-
 /// A table of [`TimeRow`]s with nsys's columns: `Time (%)`, `Total Time (ns)`, `count_column`,
 /// `Avg (ns)` ... `StdDev (ns)`, `name_column`.
 pub fn time_table(rows: &[TimeRow], count_column: &str, name_column: &str) -> Table {
@@ -317,7 +314,7 @@ pub fn time_table(rows: &[TimeRow], count_column: &str, name_column: &str) -> Ta
         name_column,
     ]);
     for r in rows {
-        let mut row = vec![float_or_missing(r.percent, 1)];
+        let mut row = vec![opt_float(r.percent, 1)];
         row.extend(duration_cells(&r.summary));
         row.push(Cell::text(r.name.clone()));
         t.push(row);

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::model::trace::{Range, RangeStyle, Trace};
+use crate::render::cells::opt_float;
 use crate::render::{Cell, Table};
 
 use super::attribution::{is_attributable, Attribution, FastMap};
@@ -291,7 +292,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
             std_dev,
             Cell::Int(r.total_gpu_ops as i64),
             Cell::Float(r.avg_gpu_ops, 1),
-            r.avg_level.map_or(Cell::Missing, |v| Cell::Float(v, 1)),
+            opt_float(r.avg_level, 1),
             Cell::Float(r.avg_children, 1),
         ]);
     }

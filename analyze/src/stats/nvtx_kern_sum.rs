@@ -17,6 +17,7 @@
 use serde::Serialize;
 
 use crate::model::trace::{RangeStyle, StrId, Trace};
+use crate::render::cells::opt_int;
 use crate::render::{Cell, Table};
 
 use super::attribution::{Attribution, FastMap};
@@ -174,7 +175,6 @@ pub fn table_with(trace: &Trace, attribution: &Attribution, names: KernelName) -
         "StdDev (ns)",
         "Kernel Name",
     ]);
-    let opt_int = |v: Option<u32>| v.map_or(Cell::Missing, |v| Cell::Int(v as i64));
     for r in rows_with(trace, attribution, names) {
         let [total, _count, avg, med, min, max, std] = duration_cells(&r.summary);
         t.push(vec![

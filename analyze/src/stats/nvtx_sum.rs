@@ -10,10 +10,11 @@
 use std::collections::BTreeMap;
 
 use crate::model::trace::{RangeStyle, Trace};
+use crate::render::cells::opt_float;
 use crate::render::{Cell, Table};
 
 use super::attribution::{all_ranges, Labels};
-use super::{duration_cells, float_or_missing, TimeRow};
+use super::{duration_cells, TimeRow};
 
 /// A row of `nvtx_sum`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -68,7 +69,7 @@ pub fn table(trace: &Trace) -> Table {
         "Range",
     ]);
     for r in rows(trace) {
-        let mut row = vec![float_or_missing(r.time.percent, 1)];
+        let mut row = vec![opt_float(r.time.percent, 1)];
         row.extend(duration_cells(&r.time.summary));
         row.push(Cell::text(r.style.as_str()));
         row.push(Cell::text(r.time.name));
