@@ -157,6 +157,44 @@ impl Gpu {
             .during("cuMemsetD8Async")
     }
 
+    /// Copy `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
+    /// `dst_pitch` bytes apart) on the device, in stream order: a head widened into a padded
+    /// one, or cut back.
+    pub fn copy_rows(
+        &self,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        debug_assert!(width <= dst_pitch && width <= src_pitch);
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width,
+            Height: rows,
+        };
+        // SAFETY: the caller names live device ranges of `rows` rows at the stated pitches; the
+        // descriptor is read during the call.
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.stream.cu_stream()) }
+            .result()
+            .during("cuMemcpy2DAsync")
+    }
+
     /// Copy `bytes` from `src` to `dst` on the device, in stream order.
     pub fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         // SAFETY: the caller names live, non-overlapping device ranges.

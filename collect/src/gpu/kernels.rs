@@ -1,15 +1,21 @@
 //! Our CUDA kernels: the `.cu` files of the workspace's `kernels/` folder, embedded in the binary,
 //! compiled by NVRTC once per run for the GPU's architecture and loaded into the context. Each
-//! file is compiled on its own with `common.cuh` put in front of it (a `#line` directive keeps
-//! NVRTC's line numbers those of the file). This module does not launch anything.
+//! file is compiled on its own with `common.cuh` put in front of it, and the FlashAttention files
+//! with `tensor_core.cuh` after that (a `#line` directive keeps NVRTC's line numbers those of the
+//! file). Which files are built, and for which architecture, follows from the file's name
+//! ([`compile_target`]): a `*_sm90.cu` file is built for `sm_90a` on a 9.0 device and skipped
+//! elsewhere. Loading sets each FlashAttention kernel's shared-memory limit from its launch table
+//! ([`crate::gpu::flash`]). This module does not launch anything.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::{self, CompileOptions, Ptx};
 
 use crate::error::{CudaContext as _, Error, Result};
+use crate::gpu::flash;
 
 /// The text of `kernels/<file>` at the workspace's top, embedded at build time.
 macro_rules! kernel_source {
@@ -19,9 +25,11 @@ macro_rules! kernel_source {
 }
 
 const COMMON: &str = kernel_source!("common.cuh");
+/// The inline-PTX wrappers of the tensor-core kernels, put after `common.cuh`.
+const TENSOR_CORE: &str = kernel_source!("tensor_core.cuh");
 
 /// (file name, source) of every kernel file.
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("init.cu", kernel_source!("init.cu")),
     ("embedding.cu", kernel_source!("embedding.cu")),
     ("rmsnorm.cu", kernel_source!("rmsnorm.cu")),
@@ -29,6 +37,14 @@ pub const SOURCES: [(&str, &str); 7] = [
     ("swiglu.cu", kernel_source!("swiglu.cu")),
     ("loss.cu", kernel_source!("loss.cu")),
     ("adamw.cu", kernel_source!("adamw.cu")),
+    (
+        "flash_attention_fwd.cu",
+        kernel_source!("flash_attention_fwd.cu"),
+    ),
+    (
+        "flash_attention_bwd.cu",
+        kernel_source!("flash_attention_bwd.cu"),
+    ),
 ];
 
 /// Whether NVRTC can be loaded (it can be on a machine without a GPU, where it is installed).
@@ -37,8 +53,28 @@ pub fn nvrtc_available() -> bool {
     unsafe { nvrtc::sys::is_culib_present() }
 }
 
-/// Compile every kernel file to PTX for `arch` (`sm_90`). Needs NVRTC, not a GPU.
-pub fn compile_all(arch: &str) -> Result<Vec<(&'static str, Ptx)>> {
+/// The headers a file is compiled with, in order: `common.cuh`, and `tensor_core.cuh` for the
+/// tensor-core files (FlashAttention's, and every Hopper-only file).
+fn uses_tensor_cores(file: &str) -> bool {
+    file.starts_with("flash_") || file.ends_with("_sm90.cu")
+}
+
+/// The `--gpu-architecture` to build `file` for on a device of compute capability `cc`, or `None`
+/// when the file is not built there: `*_sm90.cu` files need Hopper's own instructions (`sm_90a`,
+/// on a 9.0 device only), the other tensor-core files sm_90 or newer (they reduce with
+/// `red.global.add.v2.f32`); every other file is built for the device's own architecture.
+pub fn compile_target(file: &str, cc: (i32, i32)) -> Option<String> {
+    if file.ends_with("_sm90.cu") {
+        return (cc == (9, 0)).then(|| "sm_90a".to_owned());
+    }
+    if uses_tensor_cores(file) && cc.0 < 9 {
+        return None;
+    }
+    Some(format!("sm_{}{}", cc.0, cc.1))
+}
+
+/// Compile every kernel file built for compute capability `cc` to PTX. Needs NVRTC, not a GPU.
+pub fn compile_all(cc: (i32, i32)) -> Result<Vec<(&'static str, Ptx)>> {
     if !nvrtc_available() {
         return Err(Error::MissingLibrary {
             library: "libnvrtc",
@@ -46,8 +82,14 @@ pub fn compile_all(arch: &str) -> Result<Vec<(&'static str, Ptx)>> {
     }
     SOURCES
         .iter()
-        .map(|&(file, src)| {
-            let text = format!("{COMMON}\n#line 1 \"{file}\"\n{src}");
+        .filter_map(|&(file, src)| compile_target(file, cc).map(|arch| (file, src, arch)))
+        .map(|(file, src, arch)| {
+            let headers = if uses_tensor_cores(file) {
+                format!("{COMMON}\n{TENSOR_CORE}")
+            } else {
+                COMMON.to_owned()
+            };
+            let text = format!("{headers}\n#line 1 \"{file}\"\n{src}");
             let opts = CompileOptions {
                 options: vec![
                     format!("--gpu-architecture={arch}"),
@@ -80,10 +122,9 @@ pub struct Kernels {
 impl Kernels {
     /// Compile for the context's device and load every `extern "C"` kernel.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels> {
-        let (major, minor) = ctx.compute_capability().during("cuDeviceGetAttribute")?;
-        let arch = format!("sm_{major}{minor}");
+        let cc = ctx.compute_capability().during("cuDeviceGetAttribute")?;
         let mut functions = HashMap::new();
-        for (_file, ptx) in compile_all(&arch)? {
+        for (_file, ptx) in compile_all(cc)? {
             let names = kernel_names(&ptx.to_src());
             let module = ctx.load_module(ptx).during("cuModuleLoadData")?;
             for name in names {
@@ -91,7 +132,24 @@ impl Kernels {
                 functions.insert(name, f);
             }
         }
+        for l in flash::LAUNCHES
+            .iter()
+            .filter(|l| l.smem > flash::DEFAULT_SMEM_LIMIT)
+        {
+            if let Some(f) = functions.get(l.name) {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    l.smem as i32,
+                )
+                .during("cuFuncSetAttribute")?;
+            }
+        }
         Ok(Kernels { functions })
+    }
+
+    /// Whether `name` was compiled and loaded (a Hopper-only kernel is not, elsewhere).
+    pub fn has(&self, name: &str) -> bool {
+        self.functions.contains_key(name)
     }
 
     pub fn get(&self, name: &str) -> Result<&CudaFunction> {
@@ -130,7 +188,7 @@ mod tests {
             eprintln!("skipped: libnvrtc is not on the loader path");
             return;
         }
-        let modules = compile_all("sm_90").expect("kernels compile");
+        let modules = compile_all((9, 0)).expect("kernels compile");
         let names: Vec<String> = modules
             .iter()
             .flat_map(|(_, ptx)| kernel_names(&ptx.to_src()))
@@ -143,12 +201,38 @@ mod tests {
             "softmax_causal_bwd_bf16",
             "cross_entropy_f32",
             "adamw_x4",
-        ] {
+        ]
+        .into_iter()
+        .chain(flash::LAUNCHES.iter().map(|l| l.name))
+        {
             assert!(
                 names.iter().any(|n| n == expected),
                 "{expected} missing from {names:?}"
             );
         }
+    }
+
+    #[test]
+    fn files_are_built_for_the_device_or_skipped() {
+        assert_eq!(
+            compile_target("rmsnorm.cu", (9, 0)).as_deref(),
+            Some("sm_90")
+        );
+        assert_eq!(
+            compile_target("rmsnorm.cu", (8, 6)).as_deref(),
+            Some("sm_86")
+        );
+        assert_eq!(
+            compile_target("flash_attention_fwd.cu", (9, 0)).as_deref(),
+            Some("sm_90")
+        );
+        assert_eq!(compile_target("flash_attention_bwd.cu", (8, 0)), None);
+        assert_eq!(
+            compile_target("flash_attention_fwd_sm90.cu", (9, 0)).as_deref(),
+            Some("sm_90a")
+        );
+        assert_eq!(compile_target("flash_attention_fwd_sm90.cu", (10, 0)), None);
+        assert!(uses_tensor_cores("flash_attention_bwd.cu") && !uses_tensor_cores("attention.cu"));
     }
 
     #[test]

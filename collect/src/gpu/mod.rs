@@ -9,5 +9,6 @@ pub mod blas;
 pub mod caching;
 pub mod device;
 pub mod device_memory;
+pub mod flash;
 pub mod kernels;
 pub mod ops;

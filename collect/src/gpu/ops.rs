@@ -9,6 +9,7 @@ use crate::error::{CudaContext as _, Result};
 use crate::gpu::blas::Blas;
 use crate::gpu::device::Gpu;
 use crate::gpu::device_memory::{AllocatorKind, DType};
+use crate::gpu::flash::{self, FlashFamily, FlashLaunch};
 use crate::gpu::kernels::Kernels;
 
 /// The GPU with our kernels and a cuBLAS handle: what a model runs on. One per process.
@@ -45,11 +46,14 @@ fn suffix(act: DType) -> &'static str {
     }
 }
 
-/// Launch `$name` with `$grid` blocks of `$block` threads and the arguments given (each an
-/// expression of the exact Rust type of the kernel's parameter: u64 for pointers, i32 for int,
-/// i64 for long long, f32 for float).
+/// Launch `$name` with `$grid` blocks of `$block` threads (and `$smem` bytes of dynamic shared
+/// memory, 0 when not given) and the arguments given (each an expression of the exact Rust type
+/// of the kernel's parameter: u64 for pointers, i32 for int, i64 for long long, f32 for float).
 macro_rules! launch {
-    ($rt:expr, $name:expr, $grid:expr, $block:expr; $($arg:expr),* $(,)?) => {{
+    ($rt:expr, $name:expr, $grid:expr, $block:expr; $($arg:expr),* $(,)?) => {
+        launch!($rt, $name, $grid, $block, 0; $($arg),*)
+    };
+    ($rt:expr, $name:expr, $grid:expr, $block:expr, $smem:expr; $($arg:expr),* $(,)?) => {{
         let name: &str = &$name;
         let f = $rt.kernels.get(name)?;
         let mut builder = $rt.gpu.stream.launch_builder(f);
@@ -62,7 +66,7 @@ macro_rules! launch {
         let cfg = LaunchConfig {
             grid_dim: $grid,
             block_dim: $block,
-            shared_mem_bytes: 0,
+            shared_mem_bytes: $smem,
         };
         // SAFETY: the argument list matches the kernel's signature (see each caller) and every
         // pointer is a live device buffer of the size the kernel indexes.
@@ -289,6 +293,78 @@ impl Runtime {
         Ok(())
     }
 
+    /// The launch of `family` for `act` and head width `d`, from [`flash::LAUNCHES`].
+    fn flash_launch(
+        &self,
+        family: FlashFamily,
+        act: DType,
+        d: usize,
+    ) -> Result<&'static FlashLaunch> {
+        flash::launch(family, act, d).ok_or_else(|| {
+            crate::Error::InvalidConfig(format!(
+                "no FlashAttention kernel for {} heads of width {d}",
+                flash::dtype_suffix(act)
+            ))
+        })
+    }
+
+    /// FlashAttention-2 forward: `o = softmax(scale * q kᵀ [causal]) v` and `lse`, the
+    /// logsumexp of each row's scaled scores (fp32 `[BH, T]`), for `q`, `k`, `v`, `o` head-major
+    /// `[BH, T, d]` in the activation type, `d` a kernel width. Hopper's own kernel is used where
+    /// the launch table has one and it was built for this device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attention_forward(
+        &self,
+        act: DType,
+        s: FlashShape,
+        q: u64,
+        k: u64,
+        v: u64,
+        o: u64,
+        lse: u64,
+        scale: f32,
+        causal: bool,
+    ) -> Result<()> {
+        let l = match flash::launch(FlashFamily::ForwardSm90, act, s.d) {
+            Some(l) if self.kernels.has(l.name) => l,
+            _ => self.flash_launch(FlashFamily::Forward, act, s.d)?,
+        };
+        launch!(self, l.name, s.grid(l, false), (l.block, 1, 1), l.smem;
+            q, k, v, o, lse, s.seq as i32, scale, i32::from(causal));
+        Ok(())
+    }
+
+    /// FlashAttention-2 backward: `dq`, `dk`, `dv` from `q`, `k`, `v`, the forward's `o` and
+    /// `lse`, and `dout` (all head-major `[BH, T, d]` in the activation type but `lse`). The
+    /// caller's scratch: `delta` (fp32 `[BH, T]`) and `dq_accum` (fp32 `[BH, T, d]`, zeroed here;
+    /// in fp32 it is `dq` itself, and `dq` is not written). In bf16 `dq_accum` is rounded into
+    /// `dq` at the end.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attention_backward(
+        &self,
+        act: DType,
+        s: FlashShape,
+        io: FlashBackwardBuffers,
+        scale: f32,
+        causal: bool,
+    ) -> Result<()> {
+        let n = s.bh * s.seq * s.d;
+        self.gpu.memset_zero(io.dq_accum, n * 4)?;
+        let pre = self.flash_launch(FlashFamily::Preprocess, act, s.d)?;
+        launch!(self, pre.name, s.grid(pre, true), (pre.block, 1, 1), pre.smem;
+            io.o, io.dout, io.delta, s.seq as i32);
+        let l = self.flash_launch(FlashFamily::Backward, act, s.d)?;
+        launch!(self, l.name, s.grid(l, false), (l.block, 1, 1), l.smem;
+            io.q, io.k, io.v, io.dout, io.lse, io.delta, io.dk, io.dv, io.dq_accum,
+            s.seq as i32, scale, i32::from(causal));
+        if act == DType::Bf16 {
+            let c = self.flash_launch(FlashFamily::DqConvert, act, s.d)?;
+            launch!(self, c.name, self.stride_grid(n.div_ceil(4)), (c.block, 1, 1), c.smem;
+                io.dq_accum, io.dq, n as i64);
+        }
+        Ok(())
+    }
+
     /// One AdamW update over `n` elements (a multiple of 4).
     #[allow(clippy::too_many_arguments)]
     pub fn adamw(&self, p: u64, g: u64, m: u64, v: u64, n: usize, h: AdamWStep) -> Result<()> {
@@ -313,6 +389,45 @@ impl AttnShape {
     pub fn elements(&self) -> usize {
         self.batch * self.ctx * self.heads * self.d_head
     }
+}
+
+/// The shape of a FlashAttention launch: `bh` heads (batch × heads) of `seq` rows of width `d`
+/// (one of the kernels' widths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashShape {
+    pub bh: usize,
+    pub seq: usize,
+    pub d: usize,
+}
+
+impl FlashShape {
+    /// The grid of launch `l`: (heads, tiles), or (tiles, heads) with `tiles_first`.
+    fn grid(&self, l: &FlashLaunch, tiles_first: bool) -> (u32, u32, u32) {
+        let tiles = self.seq.div_ceil(l.tile_rows.max(1)) as u32;
+        if tiles_first {
+            (tiles, self.bh as u32, 1)
+        } else {
+            (self.bh as u32, tiles, 1)
+        }
+    }
+}
+
+/// The device buffers of a FlashAttention backward (see
+/// [`Runtime::flash_attention_backward`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashBackwardBuffers {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    pub dout: u64,
+    pub lse: u64,
+    pub delta: u64,
+    pub dq_accum: u64,
+    /// bf16 `dq`; unused in fp32, where `dq_accum` is `dq`.
+    pub dq: u64,
+    pub dk: u64,
+    pub dv: u64,
 }
 
 /// The scalars of one AdamW step, as torch.optim.AdamW derives them from the step count.
