@@ -5,6 +5,8 @@
 //! SQLite trace from CUPTI.
 //!
 //! The folders are layers, each using only those listed before it:
+//! - [`autocast`]: the mixed-precision policy, which format each kind of operation runs in
+//!   (pure);
 //! - [`nvtx`]: the NVTX ranges every layer opens, and the listeners that hear them;
 //! - [`memory`]: the caching allocator (pure: no GPU), its history and frames, and their
 //!   conversion to a PyTorch snapshot;
@@ -19,6 +21,7 @@
 //! The files a run writes are `analyze`'s formats (`analyze::formats`): this crate builds their
 //! records and never spells a format itself.
 
+pub mod autocast;
 pub mod bench;
 pub mod error;
 pub mod gpu;

@@ -27,6 +27,7 @@
 //! no GPU.
 
 pub mod config;
+pub mod dtypes;
 pub mod params;
 pub mod plan;
 pub mod reference;
@@ -172,12 +173,9 @@ impl<'r> Model<'r> {
         })
     }
 
-    /// The element type of activations that feed GEMMs.
+    /// The element type of activations that feed GEMMs, from the run's autocast policy.
     pub fn act(&self) -> DType {
-        match self.run.precision {
-            Precision::Fp32 => DType::F32,
-            Precision::Bf16 => DType::Bf16,
-        }
+        dtypes::activation(self.run.precision)
     }
 
     /// A weight as a GEMM operand: the fp32 master or its bf16 copy.
