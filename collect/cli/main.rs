@@ -9,10 +9,11 @@ use analyze::cli::print;
 use analyze::render::{self, Format};
 use clap::{Args, Parser, Subcommand};
 
+use collect::bench::attention::{self as attention_bench, AttentionBenchOptions, Preset};
 use collect::bench::{self, numerics, report, BenchOptions, Recording};
 use collect::gpu::device_memory::AllocatorKind;
 use collect::gpu::ops::Runtime;
-use collect::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 use collect::transformer::plan;
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
@@ -31,6 +32,9 @@ enum Command {
     Plan(PlanArgs),
     /// One forward and backward on fixed weights, written as safetensors for a PyTorch check.
     Numerics(NumericsArgs),
+    /// Time the attention core alone (naive and FlashAttention-2) over head widths, sequence
+    /// lengths and precisions: forward, backward, memory before the backward, peak.
+    Attention(AttentionArgs),
 }
 
 /// Model dimensions: a named size or all four custom dimensions.
@@ -76,6 +80,10 @@ struct BenchArgs {
     /// fp32, bf16 (comma-separated list).
     #[arg(long, value_delimiter = ',', default_value = "fp32")]
     precision: Vec<String>,
+    /// Attention core: naive (scores materialised, the reference's) or flash (FlashAttention-2)
+    /// (comma-separated list).
+    #[arg(long, value_delimiter = ',', default_value = "naive")]
+    attention: Vec<String>,
     /// Untimed steps before the measurement.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
@@ -124,6 +132,9 @@ struct PlanArgs {
     mode: String,
     #[arg(long, default_value = "fp32")]
     precision: String,
+    /// naive or flash.
+    #[arg(long, default_value = "naive")]
+    attention: String,
     /// table, markdown, csv, json.
     #[arg(long, default_value = "table")]
     format: Format,
@@ -141,6 +152,9 @@ struct NumericsArgs {
     batch: usize,
     #[arg(long, default_value = "fp32")]
     precision: String,
+    /// naive or flash.
+    #[arg(long, default_value = "naive")]
+    attention: String,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write every gradient (default: embedding, first and last block, final norm, head).
@@ -151,12 +165,96 @@ struct NumericsArgs {
     out: PathBuf,
 }
 
+/// Defaults are the CS336 `pytorch_attention` grid as the PyTorch reference measured it: batch 8,
+/// no head dimension (heads 1), d 16,32,64,128, seq 256..16384, fp32, causal mask, 100 forward
+/// and 100 backward passes. A preset sets the whole grid; flags given beside it override it.
+#[derive(Args)]
+struct AttentionArgs {
+    /// pytorch-attention (the default grid), flash-benchmarking (batch 1, causal, seq 128..65536,
+    /// d 16..128, fp32 and bf16) or leaderboard (batch 1, 16 heads, seq 16384, d 64, bf16,
+    /// causal).
+    #[arg(long)]
+    preset: Option<String>,
+    /// naive, flash (comma-separated list) [default: naive,flash].
+    #[arg(long = "impl", value_delimiter = ',')]
+    impls: Option<Vec<String>>,
+    /// Head widths (comma-separated list) [default: 16,32,64,128].
+    #[arg(long, value_delimiter = ',')]
+    d: Option<Vec<usize>>,
+    /// Sequence lengths (comma-separated list) [default: 256,1024,4096,8192,16384].
+    #[arg(long, value_delimiter = ',')]
+    seq: Option<Vec<usize>>,
+    /// [default: 8]
+    #[arg(long)]
+    batch: Option<usize>,
+    /// [default: 1, no head dimension]
+    #[arg(long)]
+    heads: Option<usize>,
+    /// fp32, bf16 (comma-separated list) [default: fp32].
+    #[arg(long, value_delimiter = ',')]
+    precision: Option<Vec<String>>,
+    /// Mask the keys after each query (the default, as the reference rows were measured).
+    #[arg(long, overrides_with = "no_causal")]
+    causal: bool,
+    /// No mask (flash only: the naive softmax kernel is causal).
+    #[arg(long)]
+    no_causal: bool,
+    /// Timed forward passes, then timed backward passes, per configuration [default: 100].
+    #[arg(long)]
+    passes: Option<usize>,
+    /// Forward and backward passes before the timed ones [default: 5].
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Stop a phase after this many seconds of passes, once 5 have run [default: 3].
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    /// Seed of Q, K, V and dO.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the rows as a JSON array to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Format of the table on stdout: table, markdown, csv, json.
+    #[arg(long, default_value = "table")]
+    format: Format,
+}
+
+impl AttentionArgs {
+    fn options(self) -> anyhow::Result<AttentionBenchOptions> {
+        let preset = match &self.preset {
+            Some(p) => p.parse::<Preset>()?,
+            None => Preset::PytorchAttention,
+        };
+        let mut o = preset.options();
+        if let Some(v) = &self.impls {
+            o.impls = parse_all::<Attention>(v)?;
+        }
+        if let Some(v) = &self.precision {
+            o.precisions = parse_all::<Precision>(v)?;
+        }
+        o.ds = self.d.unwrap_or(o.ds);
+        o.seqs = self.seq.unwrap_or(o.seqs);
+        o.batch = self.batch.unwrap_or(o.batch);
+        o.heads = self.heads.unwrap_or(o.heads);
+        o.passes = self.passes.unwrap_or(o.passes);
+        o.warmup = self.warmup.unwrap_or(o.warmup);
+        o.max_seconds = self.max_seconds.unwrap_or(o.max_seconds);
+        o.seed = self.seed;
+        if self.no_causal {
+            o.causal = false;
+        }
+        o.validate()?;
+        Ok(o)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(a) => run_bench(a),
         Command::Plan(a) => run_plan(a),
         Command::Numerics(a) => run_numerics(a),
+        Command::Attention(a) => run_attention(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,8 +277,9 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
         mode: a.mode.parse()?,
         precision: a.precision.parse()?,
         tf32: false,
+        attention: a.attention.parse()?,
     };
-    run.validate()?;
+    run.validate_dimensions()?;
     let doc = plan::plan(&run).document();
     Ok(print(&render::render_to_string(a.format, &doc))?)
 }
@@ -202,6 +301,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         ctxs: a.ctx,
         modes: parse_all::<Mode>(&a.mode)?,
         precisions: parse_all::<Precision>(&a.precision)?,
+        attentions: parse_all::<Attention>(&a.attention)?,
         batch: a.batch,
         warmup: a.warmup,
         steps: a.steps,
@@ -217,7 +317,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--steps must be at least 1");
     }
     for run in opts.grid() {
-        run.validate()?;
+        run.validate_dimensions()?;
     }
     let rt = Runtime::open_with(opts.allocator)?;
     eprintln!("{}", report::device_line(&rt.gpu.info));
@@ -229,6 +329,27 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     Ok(print(&render::render_to_string(a.format, &table))?)
 }
 
+fn run_attention(a: AttentionArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let (out, format) = (a.out.clone(), a.format);
+    let opts = a.options()?;
+    let rt = Runtime::open()?;
+    let terminal = std::io::stderr().is_terminal();
+    if terminal {
+        eprintln!("{}", report::device_line(&rt.gpu.info));
+    }
+    let rows = attention_bench::run(&rt, &opts, |line| {
+        if terminal {
+            eprintln!("{line}");
+        }
+    })?;
+    if let Some(path) = &out {
+        attention_bench::report::write_rows(path, &rows)?;
+    }
+    let doc = attention_bench::report::document(&rows, &rt.gpu.info, &opts);
+    Ok(print(&render::render_to_string(format, &doc))?)
+}
+
 fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
     let model = a.model.models(std::slice::from_ref(&a.size))?.remove(0);
     let run = RunConfig {
@@ -238,6 +359,7 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
         mode: Mode::ForwardBackward,
         precision: a.precision.parse()?,
         tf32: false,
+        attention: a.attention.parse()?,
     };
     run.validate()?;
     let rt = Runtime::open()?;

@@ -1,13 +1,20 @@
 //! The model on the GPU against the CPU reference (`collect::transformer::reference`, f64, no
 //! shared code): logits and loss directly, gradients by central differences of the reference
-//! loss, one AdamW step against its formula, and training lowering the loss. Skipped, with a
-//! message, where no CUDA device (or no CUDA library) is found.
+//! loss, one AdamW step against its formula, and training lowering the loss; the attention core
+//! alone, naive and FlashAttention-2, against the reference ([`attention`]); the model with
+//! FlashAttention against the naive model ([`flash_model`]). Skipped, with a message, where no
+//! CUDA device (or no CUDA library) is found.
 //!
 //! This is the suite's second test binary; on the GPU machine run it with
-//! `cargo test --test gpu -- --test-threads=1` (each test opens the device).
+//! `cargo test --test gpu -- --test-threads=1` (each test opens the device), or build it where
+//! cargo is (`cargo test --release --test gpu --no-run` prints its path) and run that file with
+//! `--test-threads=1`.
+
+mod attention;
+mod flash_model;
 
 use collect::gpu::ops::Runtime;
-use collect::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 use collect::transformer::params::ParamLayout;
 use collect::transformer::reference;
 use collect::transformer::{Forward, Model};
@@ -35,7 +42,27 @@ fn tiny(mode: Mode, precision: Precision) -> RunConfig {
         mode,
         precision,
         tf32: false,
+        attention: Attention::Naive,
     }
+}
+
+/// `n` values uniform in [-1, 1) from `seed`.
+fn splitmix_values(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let r =
+                collect::transformer::splitmix64(seed ^ collect::transformer::splitmix64(i as u64));
+            (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// The cosine of the angle between two vectors.
+fn cosine(x: &[f32], y: &[f32]) -> f64 {
+    let dot: f64 = x.iter().zip(y).map(|(a, b)| *a as f64 * *b as f64).sum();
+    let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (nx * ny)
 }
 
 /// max |a - b| / max |b|.
@@ -162,10 +189,7 @@ fn bf16_follows_fp32_within_autocast_error() {
             &f.grads[t.offset..][..t.len()],
             &b.grads[t.offset..][..t.len()],
         );
-        let dot: f64 = x.iter().zip(y).map(|(a, b)| *a as f64 * *b as f64).sum();
-        let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-        let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
-        let cos = dot / (nx * ny);
+        let cos = cosine(x, y);
         assert!(
             cos > 0.99,
             "{}: cosine {cos} between bf16 and fp32 gradients",
@@ -186,6 +210,7 @@ fn longer_rows_and_wider_heads_match_the_reference() {
             mode: Mode::Forward,
             precision,
             tf32: false,
+            attention: Attention::Naive,
         };
         let mut m = Model::new(&rt, &run, 3).unwrap();
         let fwd = m.forward(false).unwrap();

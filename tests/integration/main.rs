@@ -11,6 +11,7 @@ mod common;
 mod caching_allocator;
 mod cli_bad_input;
 mod cli_stats;
+mod collect_attention;
 mod collect_cli;
 mod collect_fixtures;
 mod collect_plan;

@@ -29,6 +29,8 @@ pub mod keys {
     pub const STEP_TIME_MEAN_MS: &str = "step_time_mean_ms";
     pub const DEVICE: &str = "device";
     pub const DRIVER: &str = "driver";
+    /// The attention implementation: `naive` (scores materialised) or `flash` (FlashAttention-2).
+    pub const ATTENTION: &str = "attention";
     /// Read, not written: an explicit head dimension, and the head counts other tools name.
     pub const HEAD_DIM: &str = "head_dim";
     pub const NUM_HEADS: &str = "num_heads";

@@ -3,8 +3,10 @@
 //! the timed steps inside `measurement`, each timed step inside `step_N`, synchronising after
 //! every step; each step is timed by CUDA events around it and by the host clock from its launch
 //! to the end of the synchronize (as a Python `perf_counter` around `step(); synchronize()`
-//! does). A configuration that runs out of device memory becomes an `OOM` row, everything it
-//! held is freed, and the sweep goes on.
+//! does). A configuration that cannot run becomes one row and the sweep goes on: refused before
+//! it starts (a tensor over the 32-bit limits, a shape its attention does not run), or out of
+//! device memory (everything it held is freed); where the other attention implementation would
+//! run it, the row says `--attention flash` (or `naive`).
 //!
 //! With the caching allocator ([`AllocatorKind::Caching`]) the peak is the allocator's own
 //! `max_memory_allocated` over the last timed step, reset just before it as PyTorch's recipe
@@ -18,7 +20,8 @@
 //!
 //! Statistics are pure functions ([`stats`]); the table, the JSON results file and a trace's run
 //! metadata are built from the rows in [`report`]. Beside the harness: [`numerics`], which dumps
-//! one step's tensors for a PyTorch check, through [`safetensors`].
+//! one step's tensors for a PyTorch check, through [`safetensors`]; and [`attention`], the
+//! benchmark of the attention core alone (`collect attention`).
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -28,6 +31,7 @@ use analyze::formats::nsys_sqlite;
 use analyze::render::cells::format_bytes;
 use cudarc::driver::sys::CUevent_flags;
 
+pub mod attention;
 pub mod numerics;
 pub mod report;
 pub mod safetensors;
@@ -42,8 +46,8 @@ use crate::memory::history::MemoryContext;
 use crate::memory::snapshot as memory_snapshot;
 use crate::nvtx::{self, range, RangeListener};
 use crate::trace::session::TraceSession;
-use crate::transformer::config::{Mode, ModelConfig, Precision, RunConfig};
-use crate::transformer::Model;
+use crate::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
+use crate::transformer::{plan, Model};
 use report::run_metadata;
 use stats::Stats;
 
@@ -79,18 +83,24 @@ impl Recording {
 }
 
 /// `trace.sqlite` for a single configuration; `trace.small-ctx256-train-fp32.sqlite` (the label
-/// before the first `.` of the file name) when a sweep writes one file per configuration.
+/// before the first `.` of the file name, `-flash` at its end with FlashAttention) when a sweep
+/// writes one file per configuration.
 pub fn output_path(base: &Path, run: &RunConfig, many: bool) -> PathBuf {
     if !many {
         return base.to_owned();
     }
     let label = format!(
-        "{}-ctx{}-{}-{}{}",
+        "{}-ctx{}-{}-{}{}{}",
         run.model.label(),
         run.ctx,
         run.mode,
         run.precision,
-        if run.tf32 { "-tf32" } else { "" }
+        if run.tf32 { "-tf32" } else { "" },
+        if run.attention == Attention::Flash {
+            "-flash"
+        } else {
+            ""
+        }
     );
     let name = base
         .file_name()
@@ -110,6 +120,7 @@ pub struct BenchOptions {
     pub ctxs: Vec<usize>,
     pub modes: Vec<Mode>,
     pub precisions: Vec<Precision>,
+    pub attentions: Vec<Attention>,
     pub batch: usize,
     pub warmup: usize,
     pub steps: usize,
@@ -121,21 +132,25 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    /// Every configuration of the grid, in the order they run (size, ctx, mode, precision).
+    /// Every configuration of the grid, in the order they run (size, ctx, mode, precision,
+    /// attention).
     pub fn grid(&self) -> Vec<RunConfig> {
         let mut out = Vec::new();
         for m in &self.models {
             for &ctx in &self.ctxs {
                 for &mode in &self.modes {
                     for &precision in &self.precisions {
-                        out.push(RunConfig {
-                            model: m.clone(),
-                            ctx,
-                            batch: self.batch,
-                            mode,
-                            precision,
-                            tf32: self.tf32,
-                        });
+                        for &attention in &self.attentions {
+                            out.push(RunConfig {
+                                model: m.clone(),
+                                ctx,
+                                batch: self.batch,
+                                mode,
+                                precision,
+                                tf32: self.tf32,
+                                attention,
+                            });
+                        }
                     }
                 }
             }
@@ -197,7 +212,54 @@ pub struct Measured {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Ran(Measured),
-    OutOfMemory { what: String },
+    /// Ran out of device memory; `hint` names the flag that would fit it.
+    OutOfMemory {
+        what: String,
+        hint: Option<&'static str>,
+    },
+    /// Not started: see [`RunConfig::refusal`].
+    Refused {
+        reason: String,
+        hint: Option<&'static str>,
+    },
+}
+
+impl Outcome {
+    /// `ok`, `oom` or `refused`, as the results file writes it.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Ran(_) => "ok",
+            Outcome::OutOfMemory { .. } => "oom",
+            Outcome::Refused { .. } => "refused",
+        }
+    }
+
+    /// Why it did not run and what to try, in one line; `None` for a row that ran.
+    pub fn reason(&self) -> Option<String> {
+        let (what, hint) = match self {
+            Outcome::Ran(_) => return None,
+            Outcome::OutOfMemory { what, hint } => (format!("out of device memory ({what})"), hint),
+            Outcome::Refused { reason, hint } => (reason.clone(), hint),
+        };
+        Some(match hint {
+            Some(h) => format!("{what}; try {h}"),
+            None => what,
+        })
+    }
+}
+
+/// What to try when `run` ran out of `total_memory` bytes of device memory: FlashAttention, when
+/// the run was naive and the plan says the flash run fits.
+pub fn oom_hint(run: &RunConfig, total_memory: u64) -> Option<&'static str> {
+    if run.attention != Attention::Naive {
+        return None;
+    }
+    let flash = RunConfig {
+        attention: Attention::Flash,
+        ..run.clone()
+    };
+    (flash.refusal().is_none() && plan::plan(&flash).memory.peak < total_memory)
+        .then_some("--attention flash")
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -410,7 +472,9 @@ pub fn run_one_with(
     Ok(measured)
 }
 
-/// Run the whole grid; `progress` gets one line per configuration as it starts and ends.
+/// Run the whole grid; `progress` gets one line per configuration as it starts and ends. A
+/// configuration that cannot run is a row of its own ([`Outcome::Refused`],
+/// [`Outcome::OutOfMemory`]); any other error ends the sweep.
 pub fn run_grid(
     rt: &Runtime,
     opts: &BenchOptions,
@@ -418,11 +482,22 @@ pub fn run_grid(
 ) -> Result<Vec<Row>> {
     let grid = opts.grid();
     for run in &grid {
-        run.validate()?;
+        run.validate_dimensions()?;
     }
     let mut rows = Vec::with_capacity(grid.len());
     for (i, run) in grid.iter().enumerate() {
         let name = describe(run);
+        if let Some(r) = run.refusal() {
+            progress(&format!("[{}/{}] {name}: refused: {r}", i + 1, grid.len()));
+            rows.push(Row {
+                run: run.clone(),
+                outcome: Outcome::Refused {
+                    hint: r.hint(),
+                    reason: r.reason,
+                },
+            });
+            continue;
+        }
         progress(&format!(
             "[{}/{}] {name}: building, {} warm-up and {} timed steps",
             i + 1,
@@ -451,12 +526,17 @@ pub fn run_grid(
                 Outcome::Ran(m)
             }
             Err(e) if e.is_oom() => {
-                progress(&format!("[{}/{}] {name}: OOM ({e})", i + 1, grid.len()));
                 let what = match e {
                     crate::Error::OutOfMemory { what } => what,
                     other => other.to_string(),
                 };
-                Outcome::OutOfMemory { what }
+                let outcome = Outcome::OutOfMemory {
+                    what,
+                    hint: oom_hint(run, rt.gpu.info.total_memory),
+                };
+                let reason = outcome.reason().unwrap_or_default();
+                progress(&format!("[{}/{}] {name}: OOM: {reason}", i + 1, grid.len()));
+                outcome
             }
             Err(e) => return Err(e),
         };
@@ -470,13 +550,14 @@ pub fn run_grid(
 
 fn describe(run: &RunConfig) -> String {
     format!(
-        "{} ctx {} batch {} {} {}{}",
+        "{} ctx {} batch {} {} {}{} {} attention",
         run.model.label(),
         run.ctx,
         run.batch,
         run.mode,
         run.precision,
-        if run.tf32 { " tf32" } else { "" }
+        if run.tf32 { " tf32" } else { "" },
+        run.attention
     )
 }
 
@@ -494,6 +575,7 @@ mod tests {
             ctxs: vec![128, 256],
             modes: vec![Mode::Forward, Mode::Train],
             precisions: vec![Precision::Fp32, Precision::Bf16],
+            attentions: vec![Attention::Naive],
             batch: 4,
             warmup: 5,
             steps: 10,
@@ -525,6 +607,7 @@ mod tests {
             mode: Mode::Train,
             precision: Precision::Bf16,
             tf32: false,
+            attention: Attention::Naive,
         };
         let p = |s: &str, many| output_path(Path::new(s), &run, many);
         assert_eq!(p("out/t.sqlite", false), Path::new("out/t.sqlite"));
@@ -543,5 +626,60 @@ mod tests {
         };
         assert!(rec.any() && !Recording::default().any());
         assert_eq!(rec.for_run(&run, false), rec);
+        let flash = RunConfig {
+            attention: Attention::Flash,
+            ..run
+        };
+        assert_eq!(
+            output_path(Path::new("t.sqlite"), &flash, true),
+            Path::new("t.small-ctx256-train-bf16-flash.sqlite")
+        );
+    }
+
+    #[test]
+    fn rows_that_did_not_run_say_why_and_what_to_try() {
+        let run = RunConfig {
+            model: ModelConfig::preset("2.7B").unwrap(),
+            ctx: 8192,
+            batch: 4,
+            mode: Mode::Train,
+            precision: Precision::Bf16,
+            tf32: false,
+            attention: Attention::Naive,
+        };
+        let r = run.refusal().expect("naive is refused");
+        let refused = Outcome::Refused {
+            hint: r.hint(),
+            reason: r.reason,
+        };
+        assert_eq!(refused.status(), "refused");
+        assert!(refused
+            .reason()
+            .unwrap()
+            .ends_with("over the 2^31 limit; try --attention flash"));
+        // Out of memory on 141 GB: the flash plan of the same run fits, so it is the hint.
+        let h200 = 150_000_000_000;
+        let small = RunConfig {
+            ctx: 2048,
+            ..run.clone()
+        };
+        assert_eq!(oom_hint(&small, h200), Some("--attention flash"));
+        assert_eq!(oom_hint(&small, 1 << 30), None);
+        let flash = RunConfig {
+            attention: Attention::Flash,
+            ..small
+        };
+        assert_eq!(oom_hint(&flash, h200), None);
+        let oom = Outcome::OutOfMemory {
+            what: "cuMemAllocAsync".into(),
+            hint: Some("--attention flash"),
+        };
+        assert_eq!(
+            (oom.status(), oom.reason().as_deref()),
+            (
+                "oom",
+                Some("out of device memory (cuMemAllocAsync); try --attention flash")
+            )
+        );
     }
 }

@@ -59,6 +59,7 @@ pub fn run_metadata(
         .set_step_times_ms(&m.host_ms)
         .set(run_metadata::keys::DEVICE, &device.name)
         .set(run_metadata::keys::DRIVER, &device.driver)
+        .set(run_metadata::keys::ATTENTION, run.attention)
         .set(keys::ALLOCATOR, allocator);
     match &m.allocator {
         Some(a) => {
@@ -85,6 +86,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
         "ctx",
         "mode",
         "precision",
+        "attention",
         "mean (ms)",
         "std (ms)",
         "median (ms)",
@@ -96,12 +98,14 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
         "events mean (ms)",
         "peak memory",
     ]);
+    let mut notes = Vec::new();
     for r in rows {
         let mut row = vec![
             Cell::text(r.run.model.label()),
             Cell::Int(r.run.ctx as i64),
             Cell::text(r.run.mode.as_str()),
             Cell::text(r.run.precision.as_str()),
+            Cell::text(r.run.attention.as_str()),
         ];
         match &r.outcome {
             Outcome::Ran(m) => {
@@ -119,9 +123,23 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
                     Cell::text(format_bytes(m.memory.peak)),
                 ]);
             }
-            Outcome::OutOfMemory { .. } => {
-                row.push(Cell::text("OOM"));
+            Outcome::OutOfMemory { .. } | Outcome::Refused { .. } => {
+                let status = match r.outcome {
+                    Outcome::OutOfMemory { .. } => "OOM",
+                    _ => "refused",
+                };
+                row.push(Cell::text(status));
                 row.extend(std::iter::repeat_n(Cell::Missing, 9));
+                if let Some(reason) = r.outcome.reason() {
+                    notes.push(format!(
+                        "{} ctx {} {} {} {} attention: {reason}",
+                        r.run.model.label(),
+                        r.run.ctx,
+                        r.run.mode,
+                        r.run.precision,
+                        r.run.attention
+                    ));
+                }
             }
         }
         t.push(row);
@@ -133,7 +151,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
                 device.name, device.driver
             )),
             table: t,
-            notes: Vec::new(),
+            notes,
         }],
         json: None,
     }
@@ -192,10 +210,11 @@ pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> R
                         v.files = Some(m.written.iter().map(|p| p.display().to_string()).collect());
                     }
                 }
-                Outcome::OutOfMemory { what } => {
-                    v.status = Some("oom".into());
+                Outcome::OutOfMemory { what, .. } => {
+                    v.status = Some(r.outcome.status().into());
                     v.oom = Some(what.clone());
                 }
+                Outcome::Refused { .. } => v.status = Some(r.outcome.status().into()),
             }
             v
         })
@@ -272,7 +291,7 @@ fn step_times(s: &Stats) -> StepTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transformer::config::{Mode, ModelConfig, Precision};
+    use crate::transformer::config::{Attention, Mode, ModelConfig, Precision};
 
     #[test]
     fn tokens_per_second_uses_batch_times_ctx() {
@@ -283,6 +302,7 @@ mod tests {
             mode: Mode::Train,
             precision: Precision::Fp32,
             tf32: false,
+            attention: Attention::Naive,
         };
         assert_eq!(tokens_per_second(&run, 512.0), 2000.0);
     }

@@ -154,7 +154,7 @@ impl Model<'_> {
         drop(dattn);
 
         // Attention, then RoPE and the QKV projection.
-        let (dq, dk, dv) = self.attention_backward(do_heads, s.q, s.k, s.v, s.attention, shape)?;
+        let (dq, dk, dv) = self.attention_backward(do_heads, s.q, s.k, s.v, s.attention)?;
         let dqkv = self.alloc_in("attn.rope", act, bt * 3 * d)?;
         rt.rope_bwd(
             act,

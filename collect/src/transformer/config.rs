@@ -1,6 +1,7 @@
-//! Model sizes, modes and precisions: the CS336 `BasicsTransformerLM` presets (small to 2.7B) and
-//! custom dimensions, and the run settings a benchmark configuration is made of. Pure data; no
-//! GPU here.
+//! Model sizes, modes, precisions and attention implementations: the CS336
+//! `BasicsTransformerLM` presets (small to 2.7B) and custom dimensions, the run settings a
+//! benchmark configuration is made of, and what keeps a configuration from running
+//! ([`Refusal`]). Pure data; no GPU here.
 
 use std::fmt;
 use std::str::FromStr;
@@ -209,6 +210,121 @@ impl fmt::Display for Precision {
     }
 }
 
+/// Which implementation computes the attention core of every block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attention {
+    /// As the reference script computes it: the scores and probabilities `[B, H, T, T]`
+    /// materialised, `P` kept for the backward.
+    #[default]
+    Naive,
+    /// FlashAttention-2: tiles of `Q` against tiles of `K` and `V` with an online softmax; keeps
+    /// the output and the logsumexp `L` (`[B, H, T]`), recomputes `P` in the backward.
+    Flash,
+}
+
+impl Attention {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attention::Naive => "naive",
+            Attention::Flash => "flash",
+        }
+    }
+}
+
+impl FromStr for Attention {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Attention> {
+        match s {
+            "naive" => Ok(Attention::Naive),
+            "flash" => Ok(Attention::Flash),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown attention `{other}` (expected naive or flash)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Attention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The widest head FlashAttention runs (narrower ones are padded to 16, 32, 64 or 128).
+pub const FLASH_MAX_HEAD_WIDTH: usize = 128;
+
+/// The most batch × heads FlashAttention runs (a grid dimension of its backward's first kernel).
+pub const FLASH_MAX_BATCH_HEADS: usize = 65_535;
+
+/// Why a well-formed configuration cannot run, and, where the other attention implementation
+/// would run it, which.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: String,
+    pub alternative: Option<Attention>,
+}
+
+impl Refusal {
+    /// The flag that lets it run: `--attention flash` (or `naive`).
+    pub fn hint(&self) -> Option<&'static str> {
+        self.alternative.map(|a| match a {
+            Attention::Naive => "--attention naive",
+            Attention::Flash => "--attention flash",
+        })
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)?;
+        match self.hint() {
+            Some(h) => write!(f, " (try {h})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why attention over `heads` heads of width `d_head` cannot run as `attention` for `batch`
+/// sequences of `ctx` positions, if it cannot; the hint names the other implementation when that
+/// one can. Shared by the model and the attention benchmark.
+pub fn attention_refusal(
+    attention: Attention,
+    batch: usize,
+    heads: usize,
+    ctx: usize,
+    d_head: usize,
+) -> Option<Refusal> {
+    let naive = || {
+        // The [B, H, T, T] scores are indexed and multiplied in 32-bit.
+        let scores = batch * heads * ctx * ctx;
+        (scores > i32::MAX as usize).then(|| {
+            format!("batch {batch} x ctx {ctx} gives a tensor of {scores} elements, over the 2^31 limit")
+        })
+    };
+    let flash = || {
+        if d_head > FLASH_MAX_HEAD_WIDTH {
+            Some(format!(
+                "flash attention runs heads up to {FLASH_MAX_HEAD_WIDTH} wide, not {d_head}"
+            ))
+        } else if batch * heads > FLASH_MAX_BATCH_HEADS {
+            Some(format!(
+                "flash attention runs at most {FLASH_MAX_BATCH_HEADS} batch x heads, not {}",
+                batch * heads
+            ))
+        } else {
+            None
+        }
+    };
+    let (this, other, alternative) = match attention {
+        Attention::Naive => (naive(), flash(), Attention::Flash),
+        Attention::Flash => (flash(), naive(), Attention::Naive),
+    };
+    this.map(|reason| Refusal {
+        reason,
+        alternative: other.is_none().then_some(alternative),
+    })
+}
+
 /// One point of a benchmark grid.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -219,6 +335,7 @@ pub struct RunConfig {
     pub precision: Precision,
     /// Let FP32 GEMMs use TF32 tensor cores (PyTorch's `allow_tf32`); off by default.
     pub tf32: bool,
+    pub attention: Attention,
 }
 
 impl RunConfig {
@@ -226,24 +343,48 @@ impl RunConfig {
         self.batch * self.ctx
     }
 
-    pub fn validate(&self) -> Result<()> {
+    /// Dimensions that make no model at all (a bad head split, a zero): an error, not a row.
+    pub fn validate_dimensions(&self) -> Result<()> {
         self.model.validate()?;
         if self.ctx == 0 || self.batch == 0 {
             return Err(Error::InvalidConfig(
                 "ctx and batch must be positive".to_owned(),
             ));
         }
-        // Row counts and GEMM dimensions are 32-bit in cuBLAS and in the kernels.
-        let biggest = (self.batch * self.model.heads * self.ctx * self.ctx)
-            .max(self.tokens() * self.model.vocab)
-            .max(self.tokens() * 2 * self.model.d_ff);
-        if biggest > i32::MAX as usize {
-            return Err(Error::InvalidConfig(format!(
-                "batch {} x ctx {} gives a tensor of {biggest} elements, over the 2^31 limit",
-                self.batch, self.ctx
-            )));
-        }
         Ok(())
+    }
+
+    /// Why this well-formed configuration cannot run, if it cannot: a tensor over the 32-bit
+    /// limits of cuBLAS and the kernels, or a shape the attention implementation does not run.
+    /// A sweep makes it one row and goes on.
+    pub fn refusal(&self) -> Option<Refusal> {
+        // Row counts and GEMM dimensions are 32-bit in cuBLAS and in the kernels.
+        let biggest = (self.tokens() * self.model.vocab).max(self.tokens() * 2 * self.model.d_ff);
+        if biggest > i32::MAX as usize {
+            return Some(Refusal {
+                reason: format!(
+                    "batch {} x ctx {} gives a tensor of {biggest} elements, over the 2^31 limit",
+                    self.batch, self.ctx
+                ),
+                alternative: None,
+            });
+        }
+        attention_refusal(
+            self.attention,
+            self.batch,
+            self.model.heads,
+            self.ctx,
+            self.model.d_head(),
+        )
+    }
+
+    /// [`RunConfig::validate_dimensions`], and a [`RunConfig::refusal`] as an error.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_dimensions()?;
+        match self.refusal() {
+            Some(r) => Err(Error::InvalidConfig(r.to_string())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -273,5 +414,56 @@ mod tests {
         );
         assert_eq!("bf16".parse::<Precision>().unwrap(), Precision::Bf16);
         assert!("fp16".parse::<Precision>().is_err());
+        assert_eq!("flash".parse::<Attention>().unwrap(), Attention::Flash);
+        assert_eq!(Attention::default(), Attention::Naive);
+        assert!("sdpa".parse::<Attention>().is_err());
+    }
+
+    fn run_2p7b(ctx: usize, batch: usize, attention: Attention) -> RunConfig {
+        RunConfig {
+            model: ModelConfig::preset("2.7B").unwrap(),
+            ctx,
+            batch,
+            mode: Mode::Train,
+            precision: Precision::Bf16,
+            tf32: false,
+            attention,
+        }
+    }
+
+    #[test]
+    fn naive_scores_over_2_pow_31_are_refused_with_the_flash_hint() {
+        let r = run_2p7b(8192, 4, Attention::Naive)
+            .refusal()
+            .expect("refused");
+        assert_eq!(
+            r.to_string(),
+            "batch 4 x ctx 8192 gives a tensor of 8589934592 elements, over the 2^31 limit \
+             (try --attention flash)"
+        );
+        assert!(run_2p7b(8192, 4, Attention::Naive).validate().is_err());
+        assert_eq!(run_2p7b(8192, 4, Attention::Flash).refusal(), None);
+        assert_eq!(run_2p7b(16384, 1, Attention::Flash).refusal(), None);
+        assert!(run_2p7b(16384, 1, Attention::Naive).refusal().is_some());
+        assert_eq!(run_2p7b(2048, 4, Attention::Naive).refusal(), None);
+    }
+
+    #[test]
+    fn limits_flash_cannot_lift_give_no_hint() {
+        // Logits of 2^31 elements: no attention helps.
+        let r = run_2p7b(65536, 4, Attention::Flash)
+            .refusal()
+            .expect("refused");
+        assert!(
+            r.reason.contains("over the 2^31 limit") && r.hint().is_none(),
+            "{r}"
+        );
+        // Heads wider than the flash kernels: naive runs them.
+        let wide = attention_refusal(Attention::Flash, 1, 2, 64, 256).expect("refused");
+        assert_eq!(wide.hint(), Some("--attention naive"));
+        assert!(attention_refusal(Attention::Flash, 1, 65_536, 64, 64).is_some());
+        // Neither runs it: no hint.
+        let both = attention_refusal(Attention::Naive, 1, 1, 65_536, 256).expect("refused");
+        assert_eq!(both.alternative, None);
     }
 }

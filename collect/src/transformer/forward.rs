@@ -143,10 +143,10 @@ impl Model<'_> {
             shape,
         )?;
         drop(qkv);
-        let (o_heads, attention) = self.attention_forward(&q, &k, &vv, shape)?;
+        let core = self.attention_forward(&q, &k, &vv)?;
         let attn = self.alloc_in("attn.merge_heads", act, bt * d)?;
-        rt.heads_to_tokens(act, o_heads.ptr(), attn.ptr(), shape)?;
-        drop(o_heads);
+        rt.heads_to_tokens(act, core.output.ptr(), attn.ptr(), shape)?;
+        let attention = core.into_saved();
         // x_mid = x + attn Woᵀ: the residual add rides on the GEMM's beta.
         let x_mid = self.alloc_in("attn.output_proj", DType::F32, bt * d)?;
         rt.gpu.copy(x_mid.ptr(), x.ptr(), x.bytes())?;

@@ -20,19 +20,19 @@
 //! show it: a change to the order is a change to every memory figure.
 //!
 //! This module holds the [`Model`] (its buffers, tokens and host-side helpers); the step is spread
-//! over `forward` (embedding, blocks, final norm and head, the loss), `attention` (the attention
-//! core of a block, forward and backward: the seam where another attention implementation goes),
-//! `backward` (loss gradient to the embedding, through `linear`'s and the norm's backward helpers)
-//! and `optimizer` (AdamW). [`config`], [`params`], [`plan`] and [`reference`](mod@reference) need
-//! no GPU.
+//! over `forward` (embedding, blocks, final norm and head, the loss), [`attention`] (the attention
+//! core of a block, forward and backward, naive or FlashAttention-2 as the run's
+//! [`config::Attention`] says; the attention benchmark calls it too), `backward` (loss gradient to
+//! the embedding, through `linear`'s and the norm's backward helpers) and `optimizer` (AdamW).
+//! [`config`], [`params`], [`plan`] and [`reference`](mod@reference) need no GPU.
 
+pub mod attention;
 pub mod config;
 pub mod dtypes;
 pub mod params;
 pub mod plan;
 pub mod reference;
 
-mod attention;
 mod backward;
 mod forward;
 mod linear;
@@ -47,8 +47,17 @@ use crate::gpu::device_memory::{Buffer, DType};
 use crate::gpu::ops::{AttnShape, Runtime};
 use crate::memory::frames as memory_frames;
 use crate::nvtx::{self, range};
+use attention::{AttentionCore, AttentionForward, AttentionSaved, Input};
 use config::{Mode, Precision, RunConfig, ROPE_THETA};
 use params::{Init, ParamLayout};
+
+/// A buffer of `len` elements of `dtype` from the runtime's device memory, under the module frame
+/// `frame` (`attn.scores`, joined to the enclosing `layers.N`), so that a recorded memory history
+/// says what each activation is.
+pub(crate) fn alloc_in(rt: &Runtime, frame: &str, dtype: DType, len: usize) -> Result<Buffer> {
+    let _f = memory_frames::module(frame);
+    rt.gpu.memory.alloc(dtype, len)
+}
 
 /// splitmix64: the host-side generator for seeds and tokens.
 pub fn splitmix64(mut z: u64) -> u64 {
@@ -194,15 +203,9 @@ impl<'r> Model<'r> {
         Mat::new(g.at(offset), DType::F32)
     }
 
-    fn alloc(&self, dtype: DType, len: usize) -> Result<Buffer> {
-        self.rt.gpu.memory.alloc(dtype, len)
-    }
-
-    /// [`Model::alloc`] under the module frame `frame` (`attn.scores`, joined to the enclosing
-    /// `layers.N`), so that a recorded memory history says what each activation is.
+    /// An activation under the module frame `frame` (see [`alloc_in`]).
     fn alloc_in(&self, frame: &str, dtype: DType, len: usize) -> Result<Buffer> {
-        let _f = memory_frames::module(frame);
-        self.alloc(dtype, len)
+        alloc_in(self.rt, frame, dtype, len)
     }
 
     /// The shape of every attention of the run.
@@ -214,6 +217,38 @@ impl<'r> Model<'r> {
             heads: c.heads,
             d_head: c.d_head(),
         }
+    }
+
+    /// The attention core of every block: the run's implementation, causal.
+    fn attention_core(&self) -> AttentionCore<'r> {
+        AttentionCore {
+            rt: self.rt,
+            attention: self.run.attention,
+            act: self.act(),
+            shape: self.attn_shape(),
+            causal: true,
+        }
+    }
+
+    fn attention_forward(&self, q: &Buffer, k: &Buffer, v: &Buffer) -> Result<AttentionForward> {
+        self.attention_core().forward(q, k, v)
+    }
+
+    fn attention_backward(
+        &self,
+        d_out: Buffer,
+        q: Buffer,
+        k: Buffer,
+        v: Buffer,
+        saved: AttentionSaved,
+    ) -> Result<(Buffer, Buffer, Buffer)> {
+        self.attention_core().backward(
+            Input::Owned(d_out),
+            Input::Owned(q),
+            Input::Owned(k),
+            Input::Owned(v),
+            saved,
+        )
     }
 
     /// Replace the input tokens and targets (`batch * ctx` each).

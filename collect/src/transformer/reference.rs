@@ -1,6 +1,8 @@
 //! A plain CPU forward of the same model in f64, written from the architecture's definition and
 //! sharing no code with the GPU path: the referee for the GPU's logits and loss, and, through
-//! central differences, for its gradients. Slow and only for tiny configurations.
+//! central differences, for its gradients. Beside it the attention core alone, forward and
+//! backward ([`attention`], [`attention_backward`]), the referee of both GPU attention
+//! implementations. Slow and only for tiny configurations.
 
 use crate::transformer::config::{ModelConfig, RMS_EPS, ROPE_THETA};
 use crate::transformer::params::ParamLayout;
@@ -157,6 +159,104 @@ pub fn forward_f64(
     }
 }
 
+/// The shape of a reference attention: `heads` independent heads (batch × heads) of `t` rows of
+/// width `d`, every tensor row-major `[heads, t, d]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub t: usize,
+    pub d: usize,
+    /// Key `j` is visible to query `i` only when `j <= i`.
+    pub causal: bool,
+}
+
+impl AttentionShape {
+    fn visible(&self, i: usize) -> usize {
+        if self.causal {
+            i + 1
+        } else {
+            self.t
+        }
+    }
+
+    /// The probabilities of query `i` of head `h` (over the visible keys), and the logsumexp of
+    /// its scaled scores.
+    fn probabilities(&self, q: &[f64], k: &[f64], h: usize, i: usize) -> (Vec<f64>, f64) {
+        let (t, d) = (self.t, self.d);
+        let scale = 1.0 / (d as f64).sqrt();
+        let qi = &q[(h * t + i) * d..][..d];
+        let s: Vec<f64> = (0..self.visible(i))
+            .map(|j| {
+                scale
+                    * qi.iter()
+                        .zip(&k[(h * t + j) * d..][..d])
+                        .map(|(a, b)| a * b)
+                        .sum::<f64>()
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + s.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+        (s.iter().map(|x| (x - lse).exp()).collect(), lse)
+    }
+}
+
+/// `o = softmax(q kᵀ / √d [causal]) v` per head, and the logsumexp `L` of each row's scaled
+/// scores (`[heads, t]`).
+pub fn attention(s: AttentionShape, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let (t, d) = (s.t, s.d);
+    let mut o = vec![0.0; s.heads * t * d];
+    let mut lse = vec![0.0; s.heads * t];
+    for h in 0..s.heads {
+        for i in 0..t {
+            let (p, l) = s.probabilities(q, k, h, i);
+            lse[h * t + i] = l;
+            let oi = &mut o[(h * t + i) * d..][..d];
+            for (j, pj) in p.iter().enumerate() {
+                for (x, vj) in oi.iter_mut().zip(&v[(h * t + j) * d..][..d]) {
+                    *x += pj * vj;
+                }
+            }
+        }
+    }
+    (o, lse)
+}
+
+/// The gradients of `q`, `k`, `v` given that of the output, `d_out`: with `P` the
+/// probabilities, `dV = Pᵀ dO`, `dP = dO vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`, and, through the
+/// scale, `dQ = dS k / √d`, `dK = dSᵀ q / √d`.
+pub fn attention_backward(
+    s: AttentionShape,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    d_out: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (t, d) = (s.t, s.d);
+    let scale = 1.0 / (d as f64).sqrt();
+    let n = s.heads * t * d;
+    let (mut dq, mut dk, mut dv) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    let row = |h: usize, i: usize| (h * t + i) * d..(h * t + i + 1) * d;
+    for h in 0..s.heads {
+        for i in 0..t {
+            let (p, _) = s.probabilities(q, k, h, i);
+            let doi = &d_out[row(h, i)];
+            let dp: Vec<f64> = (0..p.len())
+                .map(|j| doi.iter().zip(&v[row(h, j)]).map(|(a, b)| a * b).sum())
+                .collect();
+            let sum: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+            for j in 0..p.len() {
+                let ds = p[j] * (dp[j] - sum) * scale;
+                for e in 0..d {
+                    dv[(h * t + j) * d + e] += p[j] * doi[e];
+                    dq[(h * t + i) * d + e] += ds * k[(h * t + j) * d + e];
+                    dk[(h * t + j) * d + e] += ds * q[(h * t + i) * d + e];
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +308,75 @@ mod tests {
         let tokens = [1, 2, 3, 4];
         let out = forward(&c, &p, &tokens, &tokens, 2, 2);
         assert!((out.loss - (50f64).ln()).abs() < 1e-12);
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                let r =
+                    crate::transformer::splitmix64(seed ^ crate::transformer::splitmix64(i as u64));
+                (r % 2001) as f64 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn attention_gradients_are_central_differences_of_the_forward() {
+        for causal in [false, true] {
+            let s = AttentionShape {
+                heads: 2,
+                t: 5,
+                d: 4,
+                causal,
+            };
+            let n = s.heads * s.t * s.d;
+            let (q, k, v, d_out) = (values(n, 1), values(n, 2), values(n, 3), values(n, 4));
+            // The loss sum(o ⊙ dO), whose gradients are the backward's.
+            let loss = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+                attention(s, q, k, v)
+                    .0
+                    .iter()
+                    .zip(&d_out)
+                    .map(|(a, b)| a * b)
+                    .sum()
+            };
+            let (dq, dk, dv) = attention_backward(s, &q, &k, &v, &d_out);
+            let eps = 1e-6;
+            for i in 0..n {
+                let fd = |which: usize| {
+                    let mut x = [q.clone(), k.clone(), v.clone()];
+                    x[which][i] += eps;
+                    let up = loss(&x[0], &x[1], &x[2]);
+                    x[which][i] -= 2.0 * eps;
+                    (up - loss(&x[0], &x[1], &x[2])) / (2.0 * eps)
+                };
+                for (which, g) in [(0, &dq), (1, &dk), (2, &dv)] {
+                    assert!(
+                        (fd(which) - g[i]).abs() < 1e-7,
+                        "causal {causal}, tensor {which}[{i}]"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn causal_attention_sees_only_earlier_keys() {
+        let s = AttentionShape {
+            heads: 1,
+            t: 3,
+            d: 2,
+            causal: true,
+        };
+        let (q, k, v) = (values(6, 5), values(6, 6), values(6, 7));
+        let (o, lse) = attention(s, &q, &k, &v);
+        // The first query sees only the first key: its output is that value, its logsumexp the
+        // one scaled score.
+        assert_eq!(&o[..2], &v[..2]);
+        let score = (q[0] * k[0] + q[1] * k[1]) / 2f64.sqrt();
+        assert!((lse[0] - score).abs() < 1e-15);
+        let full = attention(AttentionShape { causal: false, ..s }, &q, &k, &v).0;
+        assert_eq!(&full[4..], &o[4..]);
+        assert_ne!(&full[..2], &o[..2]);
     }
 }
