@@ -4,8 +4,9 @@
 # scripts/reference/torch_numerics.py recomputes them with the reference model. Runs on the GPU
 # machine, from the project root, with a collect binary built elsewhere and PyTorch with CUDA and
 # safetensors.
-#   scripts/gpu/numerics_acceptance.sh COLLECT_BINARY WORK_DIR [SIZES] [PRECISIONS] [CTX]
-# Defaults: sizes small,medium,large,xl,2.7B; precisions fp32,bf16; ctx 256 (batch 4). Every
+#   scripts/gpu/numerics_acceptance.sh COLLECT_BINARY WORK_DIR [SIZES] [PRECISIONS] [CTX] [ATTENTION]
+# Defaults: sizes small,medium,large,xl,2.7B; precisions fp32,bf16; ctx 256 (batch 4); attention
+# naive (flash: collect's side runs FlashAttention-2, PyTorch's keeps its naive attention). Every
 # gradient is compared for small and medium, the embedding, first and last block, final norm and
 # head for the others. Leaves one folder per configuration and numerics.jsonl in WORK_DIR, prints
 # the numerics table of docs/validation.md, and exits 1 if a configuration missed its tolerance.
@@ -15,6 +16,7 @@ w=$2
 sizes=${3:-small,medium,large,xl,2.7B}
 precisions=${4:-fp32,bf16}
 ctx=${5:-256}
+attention=${6:-naive}
 ref=$(dirname "$0")/../reference
 mkdir -p "$w"
 : > "$w/numerics.jsonl"
@@ -24,7 +26,7 @@ for size in ${sizes//,/ }; do
         dir="$w/$size-$p"
         grads=()
         case $size in small | medium) grads=(--all-grads) ;; esac
-        if ! "$bin" numerics --size "$size" --ctx "$ctx" --precision "$p" "${grads[@]}" \
+        if ! "$bin" numerics --size "$size" --ctx "$ctx" --precision "$p" --attention "$attention" "${grads[@]}" \
             --out "$dir" > "$dir.log" 2>&1; then
             echo "collect numerics $size $p failed: see $dir.log" >&2
             status=1
