@@ -35,6 +35,9 @@ enum Command {
     /// Time the attention core alone (naive and FlashAttention-2) over head widths, sequence
     /// lengths and precisions: forward, backward, memory before the backward, peak.
     Attention(AttentionArgs),
+    /// The assignment's mixed-precision experiments: accumulation, the ToyModel under autocast,
+    /// LayerNorm in fp16 and bf16.
+    Precision(PrecisionArgs),
 }
 
 /// Model dimensions: a named size or all four custom dimensions.
@@ -165,6 +168,30 @@ struct NumericsArgs {
     out: PathBuf,
 }
 
+#[derive(Args)]
+struct PrecisionArgs {
+    #[command(subcommand)]
+    experiment: PrecisionExperiment,
+    /// table, markdown, csv, json (json: the rows of the results file).
+    #[arg(long, default_value = "table", global = true)]
+    format: Format,
+    /// Compute with the CPU emulation of the kernels instead of the GPU.
+    #[arg(long, global = true)]
+    cpu: bool,
+}
+
+#[derive(Subcommand)]
+enum PrecisionExperiment {
+    /// 0.01 added 1000 times in fp32, fp16 and bf16 accumulators and values, beside PyTorch.
+    Accumulate,
+    /// The ToyModel's tensor dtypes under fp16 and bf16 autocast, beside PyTorch's.
+    Toy,
+    /// LayerNorm's mean, variance and output in fp16, bf16 and fp32, against fp64.
+    Layernorm,
+    /// All three.
+    All,
+}
+
 /// Defaults are the CS336 `pytorch_attention` grid as the PyTorch reference measured it: batch 8,
 /// no head dimension (heads 1), d 16,32,64,128, seq 256..16384, fp32, causal mask, 100 forward
 /// and 100 backward passes. A preset sets the whole grid; flags given beside it override it.
@@ -255,6 +282,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => run_plan(a),
         Command::Numerics(a) => run_numerics(a),
         Command::Attention(a) => run_attention(a),
+        Command::Precision(a) => run_precision(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -370,4 +398,18 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
     };
     let summary = numerics::dump(&rt, &run, a.seed, &a.out, grads)?;
     Ok(print(&summary.describe(&run, &a.out))?)
+}
+
+fn run_precision(a: PrecisionArgs) -> anyhow::Result<()> {
+    use collect::precision::{self as experiments, Engine, Experiment};
+    let which = match a.experiment {
+        PrecisionExperiment::Accumulate => Experiment::Accumulate,
+        PrecisionExperiment::Toy => Experiment::Toy,
+        PrecisionExperiment::Layernorm => Experiment::Layernorm,
+        PrecisionExperiment::All => Experiment::All,
+    };
+    let rt = if a.cpu { None } else { Some(Runtime::open()?) };
+    let engine = rt.as_ref().map_or(Engine::Cpu, Engine::Gpu);
+    let doc = experiments::report::document(&experiments::run(engine, which)?);
+    Ok(print(&render::render_to_string(a.format, &doc))?)
 }

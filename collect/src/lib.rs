@@ -16,7 +16,9 @@
 //! - [`transformer`]: the model's configuration, parameter layout, forward, backward and
 //!   optimizer on the GPU, its CPU reference and its GPU-free plan;
 //! - [`bench`](mod@bench): the benchmark harness, its tables and results file, and the numerics
-//!   dump.
+//!   dump;
+//! - [`precision`]: the assignment's mixed-precision experiments (accumulation, the ToyModel
+//!   under autocast, LayerNorm in fp16 and bf16) on the GPU, or in their CPU emulation.
 //!
 //! The files a run writes are `analyze`'s formats (`analyze::formats`): this crate builds their
 //! records and never spells a format itself.
@@ -27,6 +29,7 @@ pub mod error;
 pub mod gpu;
 pub mod memory;
 pub mod nvtx;
+pub mod precision;
 pub mod trace;
 pub mod transformer;
 

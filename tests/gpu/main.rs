@@ -8,10 +8,12 @@
 //! This is the suite's second test binary; on the GPU machine run it with
 //! `cargo test --test gpu -- --test-threads=1` (each test opens the device), or build it where
 //! cargo is (`cargo test --release --test gpu --no-run` prints its path) and run that file with
-//! `--test-threads=1`.
+//! `--test-threads=1`. `precision` holds the mixed-precision experiments' kernels against their
+//! CPU emulation.
 
 mod attention;
 mod flash_model;
+mod precision;
 
 use collect::gpu::ops::Runtime;
 use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};

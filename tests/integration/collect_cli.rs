@@ -1,5 +1,6 @@
-//! The `collect` command line where no GPU is needed: bad arguments and, on a machine without a
-//! CUDA device, `collect bench` saying so in one line and exiting 2.
+//! The `collect` command line where no GPU is needed: bad arguments; on a machine without a CUDA
+//! device, `collect bench` and `collect precision` saying so in one line and exiting 2; and
+//! `collect precision --cpu`, which needs none.
 
 use std::process::Command;
 
@@ -56,4 +57,64 @@ fn bad_values_are_refused_before_any_gpu_work() {
     // A custom width needs all four dimensions (clap's usage error, also exit 2).
     let out = collect(&["plan", "--d-model", "64"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn precision_without_a_device_says_so_and_exits_2() {
+    if let Ok(n) = collect::gpu::device::probe() {
+        eprintln!("skipped: this machine has {n} CUDA device(s)");
+        return;
+    }
+    for experiment in ["accumulate", "toy", "layernorm", "all"] {
+        let out = collect(&["precision", experiment, "--format", "json"]);
+        assert_eq!(out.status.code(), Some(2), "{experiment}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{experiment}: {stderr}");
+        assert!(
+            stderr.starts_with("error: no CUDA device found ("),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn precision_on_the_cpu_prints_pytorchs_sums_and_dtypes() {
+    let out = collect(&["precision", "all", "--cpu", "--format", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["device"], "CPU emulation");
+    let rows = doc["rows"].as_array().expect("rows");
+    let printed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["experiment"] == "accumulate")
+        .map(|r| r["printed"].as_str().expect("printed"))
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            "10.00013351",
+            "9.95312500",
+            "10.00213623",
+            "10.00213623",
+            "4.00000000",
+            "10.00976562",
+            "10.00976562"
+        ]
+    );
+    assert!(rows
+        .iter()
+        .filter(|r| r["experiment"] == "toy")
+        .all(|r| r["value"] == r["torch"]));
+
+    let out = collect(&["precision", "layernorm", "--cpu", "--format", "markdown"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| N(0,16^2) | fp16 |"), "{text}");
+    assert!(!text.contains("Accumulation"));
 }

@@ -29,7 +29,7 @@ const COMMON: &str = kernel_source!("common.cuh");
 const TENSOR_CORE: &str = kernel_source!("tensor_core.cuh");
 
 /// (file name, source) of every kernel file.
-pub const SOURCES: [(&str, &str); 9] = [
+pub const SOURCES: [(&str, &str); 10] = [
     ("init.cu", kernel_source!("init.cu")),
     ("embedding.cu", kernel_source!("embedding.cu")),
     ("rmsnorm.cu", kernel_source!("rmsnorm.cu")),
@@ -45,6 +45,7 @@ pub const SOURCES: [(&str, &str); 9] = [
         "flash_attention_bwd.cu",
         kernel_source!("flash_attention_bwd.cu"),
     ),
+    ("precision.cu", kernel_source!("precision.cu")),
 ];
 
 /// Whether NVRTC can be loaded (it can be on a machine without a GPU, where it is installed).

@@ -459,3 +459,80 @@ impl AdamWStep {
         }
     }
 }
+
+/// The launches of `kernels/precision.cu`: the mixed-precision experiments of
+/// [`crate::precision`], each one thread (per row and format) doing sums in a fixed order. Format
+/// codes are [`crate::autocast::Float::kernel_code`]s in an i32 device buffer.
+impl Runtime {
+    /// For each of `cases` cases (accumulator, value and cast format codes, `-1` for no cast, in
+    /// `formats`), `value` added `steps` times; the sums into `out` (fp32, one per case).
+    pub fn accumulate_sums(
+        &self,
+        value: f32,
+        steps: usize,
+        formats: u64,
+        cases: usize,
+        out: u64,
+    ) -> Result<()> {
+        launch!(self, "accumulate_sums", (1, 1, 1), (1, 1, 1); value, steps as i32, formats, cases as i32, out);
+        Ok(())
+    }
+
+    /// LayerNorm's statistics of `rows` rows of `n` fp32 values in each of `nf` formats: `stats`
+    /// (4 per row and format), the rows normalised with each variance (`y_naive`, `y_two_pass`,
+    /// `n` per row and format), `scratch` as large as those.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layernorm_in_formats(
+        &self,
+        x: u64,
+        n: usize,
+        rows: usize,
+        formats: u64,
+        nf: usize,
+        eps: f32,
+        scratch: u64,
+        stats: u64,
+        y_naive: u64,
+        y_two_pass: u64,
+    ) -> Result<()> {
+        launch!(self, "layernorm_in_formats", ((rows * nf) as u32, 1, 1), (1, 1, 1);
+            x, n as i32, formats, nf as i32, eps, scratch, stats, y_naive, y_two_pass);
+        Ok(())
+    }
+
+    /// The ToyModel's forward and backward for `[batch, width_in, hidden, out]`, from `input`
+    /// (the input and parameters) to `out`, in the seven formats of `formats`.
+    pub fn toy_step(
+        &self,
+        input: u64,
+        targets: u64,
+        formats: u64,
+        out: u64,
+        scratch: u64,
+        [batch, width_in, hidden, classes]: [usize; 4],
+    ) -> Result<()> {
+        launch!(self, "toy_step", (1, 1, 1), (1, 1, 1);
+            input, targets, formats, out, scratch,
+            batch as i32, width_in as i32, hidden as i32, classes as i32);
+        Ok(())
+    }
+
+    /// Our fp16 and bf16 narrowing of `n` (at least 65536) fp32 values beside the hardware's
+    /// `cvt.rn` (2-byte outputs), and the 65536 fp16 patterns widened by both (fp32 outputs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fp_conversion_check(
+        &self,
+        input: u64,
+        n: usize,
+        f16_ours: u64,
+        f16_hw: u64,
+        bf16_ours: u64,
+        bf16_hw: u64,
+        widen_ours: u64,
+        widen_hw: u64,
+    ) -> Result<()> {
+        launch!(self, "fp_conversion_check", self.stride_grid(n), (THREADS, 1, 1);
+            input, n as i64, f16_ours, f16_hw, bf16_ours, bf16_hw, widen_ours, widen_hw);
+        Ok(())
+    }
+}
