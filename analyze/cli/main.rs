@@ -5,6 +5,7 @@
 mod compare;
 mod memory;
 mod profile;
+mod progress;
 mod report;
 mod stats;
 
@@ -46,6 +47,8 @@ pub enum Outcome {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    progress::exit_cleanly_on_signals();
+    progress::install();
     let result = match cli.command {
         Command::Stats(args) => stats::run(args),
         Command::Compare(args) => compare::run(args),

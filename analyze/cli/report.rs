@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let quiet = args.quiet;
     let mut progress = |line: &str| {
         if !quiet {
-            eprintln!("{line}");
+            crate::progress::println(line);
         }
     };
     let loaded = inputs::load(&args.paths, &opts, &mut progress)?;
@@ -116,12 +116,12 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
     let written = output::write(&args.out, &report, &loaded, out_opts, &mut progress)?;
     if !quiet {
-        eprintln!(
+        crate::progress::println(&format!(
             "wrote {} files into {}: report.md, report.json{}",
             written.len(),
             args.out.display(),
             if out_opts.plots { " and plots" } else { "" }
-        );
+        ));
     }
     Ok(Outcome::Success)
 }

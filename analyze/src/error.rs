@@ -72,9 +72,55 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A gzip input that inflates past the limit (a gzip bomb, or a file larger than allowed).
+    #[error("{}: inflates to {size}, past the limit of {limit} for {compressed} of gzip (a gzip bomb, or a larger file than expected: set {var} to a size to allow it)", path.display())]
+    GzipTooLarge {
+        path: PathBuf,
+        size: String,
+        limit: String,
+        compressed: String,
+        var: &'static str,
+    },
+
+    /// The temporary folder cannot hold the inflated copy of a compressed input.
+    #[error("{}: inflating needs {needed} in {} but only {free} is free there (set TMPDIR to a folder with more space, or unpack the file yourself)", path.display(), dir.display())]
+    NoSpace {
+        path: PathBuf,
+        needed: String,
+        dir: PathBuf,
+        free: String,
+    },
+
+    /// A load that would need more memory than the machine (or the set limit) allows.
+    #[error("{}: reading it needs about {needed} of memory ({what}), more than the {budget} {}; use a shorter capture, or set ANALYZE_MEMORY_LIMIT to a size (or `off`) if the estimate is wrong", path.display(), budget_source(budget_from))]
+    TooLargeForMemory {
+        path: PathBuf,
+        needed: String,
+        what: String,
+        budget: String,
+        /// `available`, or the variable that set the budget.
+        budget_from: &'static str,
+    },
+
+    /// An environment variable with a value that cannot be used.
+    #[error("{name}={value}: {message}")]
+    Setting {
+        name: &'static str,
+        value: String,
+        message: String,
+    },
+
     /// A `--label FILE=LABEL` whose file is not among the inputs.
     #[error("{}: --label names a file that is not among the inputs", path.display())]
     UnmatchedLabel { path: PathBuf },
+}
+
+fn budget_source(source: &str) -> String {
+    if source == "available" {
+        "available now".to_owned()
+    } else {
+        format!("that {source} allows")
+    }
 }
 
 fn describe_tables(tables: &[String]) -> String {

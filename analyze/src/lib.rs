@@ -31,6 +31,7 @@ pub mod memory;
 pub mod model;
 #[cfg(feature = "analysis")]
 pub mod profile;
+pub mod progress;
 pub mod render;
 #[cfg(feature = "analysis")]
 pub mod report;

@@ -85,7 +85,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace> {
     for event in &events {
         reader.event(event);
     }
-    Ok(reader.finish(path, &top))
+    let mut trace = reader.finish(path, &top);
+    crate::model::bounds::check(&mut trace).map_err(malformed)?;
+    Ok(trace)
 }
 
 /// One trace event, with the fields that need exact handling kept as raw JSON text.

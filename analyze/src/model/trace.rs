@@ -28,10 +28,12 @@ impl Nanos {
     }
 }
 
+/// Arithmetic on times and sizes saturates: a damaged file's extreme values (a time of
+/// `i64::MIN`, an end before a start) give extreme results, never an overflow.
 impl Sub for Nanos {
     type Output = Nanos;
     fn sub(self, rhs: Nanos) -> Nanos {
-        Nanos(self.0 - rhs.0)
+        Nanos(self.0.saturating_sub(rhs.0))
     }
 }
 
@@ -53,19 +55,19 @@ macro_rules! additive {
         impl Add for $unit {
             type Output = $unit;
             fn add(self, rhs: $unit) -> $unit {
-                $unit(self.0 + rhs.0)
+                $unit(self.0.saturating_add(rhs.0))
             }
         }
 
         impl AddAssign for $unit {
             fn add_assign(&mut self, rhs: $unit) {
-                self.0 += rhs.0;
+                self.0 = self.0.saturating_add(rhs.0);
             }
         }
 
         impl std::iter::Sum for $unit {
             fn sum<I: Iterator<Item = $unit>>(iter: I) -> $unit {
-                $unit(iter.map(|n| n.0).sum())
+                iter.fold($unit(0), |a, b| a + b)
             }
         }
     };

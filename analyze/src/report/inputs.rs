@@ -222,7 +222,16 @@ pub fn load(
     let all = candidates(paths)?;
     let mut inputs = Inputs::default();
     let total = all.len();
+    let _task = crate::progress::begin(
+        || "reading the inputs".to_owned(),
+        Some(total as u64),
+        crate::progress::Unit::Files,
+    );
     for (i, c) in all.iter().enumerate() {
+        if i > 0 {
+            // The file before is done: read, skipped or refused.
+            crate::progress::advance(1);
+        }
         let shown = c.path.display().to_string();
         let is_rep = c
             .path

@@ -278,7 +278,10 @@ impl TimeRow {
                 })
             })
             .collect();
-        let grand: i64 = rows.iter().map(|r| r.summary.total).sum();
+        // Saturating: only a damaged file's durations come near the limits of i64.
+        let grand = rows
+            .iter()
+            .fold(0i64, |sum, r| sum.saturating_add(r.summary.total));
         for r in &mut rows {
             r.percent = summary::percent(r.summary.total, grand);
         }

@@ -38,7 +38,7 @@ impl Summary {
         let total = sum(sorted);
         Some(Summary {
             count: sorted.len() as u64,
-            total: total as i64,
+            total: total.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
             min,
             max,
             mean: total as f64 / sorted.len() as f64,
@@ -81,12 +81,29 @@ pub fn median(values: &[i64]) -> Option<f64> {
     median_sorted(&v)
 }
 
-/// `n * sum(x^2) - sum(x)^2`, exactly: n^2 times the population variance.
-fn scaled_variance(values: &[i64]) -> i128 {
-    let n = values.len() as i128;
-    let s = sum(values);
-    let s2: i128 = values.iter().map(|&v| v as i128 * v as i128).sum();
-    n * s2 - s * s
+/// `n * sum(x^2) - sum(x)^2`: n^2 times the population variance. Exact in 128-bit integers; for
+/// values so far apart that those overflow (only a damaged file has them), from the deviations
+/// from the mean in floating point.
+fn scaled_variance(values: &[i64]) -> f64 {
+    let exact = || {
+        let n = values.len() as i128;
+        let s = sum(values);
+        let s2 = values.iter().try_fold(0i128, |acc, &v| {
+            acc.checked_add((v as i128).checked_mul(v as i128)?)
+        })?;
+        n.checked_mul(s2)?.checked_sub(s.checked_mul(s)?)
+    };
+    match exact() {
+        Some(v) => v as f64,
+        None => {
+            let n = values.len() as f64;
+            let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
+            n * values
+                .iter()
+                .map(|&v| (v as f64 - mean).powi(2))
+                .sum::<f64>()
+        }
+    }
 }
 
 /// The sample standard deviation (denominator n - 1), as nsys's `stdev()` computes it: 0 for a
@@ -98,7 +115,7 @@ pub fn sample_std_dev(values: &[i64]) -> Option<f64> {
         1 => Some(0.0),
         n => {
             let denominator = n as f64 * (n - 1) as f64;
-            Some((scaled_variance(values) as f64 / denominator).sqrt())
+            Some((scaled_variance(values) / denominator).sqrt())
         }
     }
 }
@@ -109,7 +126,7 @@ pub fn population_std_dev(values: &[i64]) -> Option<f64> {
         0 => None,
         n => {
             let denominator = n as f64 * n as f64;
-            Some((scaled_variance(values) as f64 / denominator).sqrt())
+            Some((scaled_variance(values) / denominator).sqrt())
         }
     }
 }

@@ -10,6 +10,7 @@
 //! `CREATE TABLE` statements and `ENUM_*` rows of a real 3.20.3 export (nsys 2025.3), copied by
 //! `regenerate.py` beside it. The names here are checked against it by the tests below.
 
+mod footprint;
 pub mod read;
 pub mod write;
 

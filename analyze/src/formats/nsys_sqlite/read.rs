@@ -26,10 +26,12 @@ use super::metadata::{EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION};
 use super::table::*;
 use super::{copy_kind, split_global_tid};
 use crate::error::{Error, Result};
+use crate::formats::limits::Limits;
 use crate::model::trace::{
     ApiCall, ApiKind, Bytes, Gpu, Kernel, Mark, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
     SourceFormat, StrId, Strings, Trace,
 };
+use crate::progress;
 
 /// Tables whose presence marks a file as an nsys export.
 const NSYS_TABLES: &[&str] = &[
@@ -71,61 +73,30 @@ fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
     }
 }
 
-/// Load an export into a [`Trace`].
+/// Load an export into a [`Trace`], within the limits of the environment.
 pub fn load(path: &Path) -> Result<Trace> {
-    load_from(path, path)
+    load_with(path, &Limits::from_env()?)
 }
 
-/// Load a gzip-compressed export: it is unpacked into a temporary file (SQLite needs a file),
-/// read, and the temporary file removed.
+/// Load an export into a [`Trace`]; refused when it would not fit in the memory `limits` allow.
+pub fn load_with(path: &Path, limits: &Limits) -> Result<Trace> {
+    load_from(path, path, limits)
+}
+
+/// Load a gzip-compressed export, within the limits of the environment.
 pub fn load_gz(path: &Path) -> Result<Trace> {
-    let mut input = crate::formats::open_maybe_gzip(path)?;
-    let tmp = TempFile::new()?;
-    let mut out = tmp.create()?;
-    std::io::copy(&mut input, &mut out).map_err(|e| Error::Malformed {
-        path: path.to_owned(),
-        message: format!("gzip data could not be decompressed: {e}"),
-    })?;
-    drop(out);
-    load_from(&tmp.0, path)
+    load_gz_with(path, &Limits::from_env()?)
 }
 
-/// A file in the temporary directory, removed on drop.
-struct TempFile(std::path::PathBuf);
-
-impl TempFile {
-    fn new() -> Result<TempFile> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "analyze-{}-{}.sqlite",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        Ok(TempFile(std::env::temp_dir().join(name)))
-    }
-
-    /// Create the file; never an existing one (nor through a planted link).
-    fn create(&self) -> Result<std::fs::File> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&self.0)
-            .map_err(|source| Error::Io {
-                path: self.0.clone(),
-                source,
-            })
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// Load a gzip-compressed export: it is inflated into a temporary file (SQLite needs a file)
+/// within `limits`, read, and the temporary file removed.
+pub fn load_gz_with(path: &Path, limits: &Limits) -> Result<Trace> {
+    let tmp = crate::formats::gzip::inflate_to_temp(path, limits, "sqlite")?;
+    load_from(tmp.path(), path, limits)
 }
 
 /// Read the export stored at `db`; errors name `shown`, the file the user gave.
-fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
+fn load_from(db: &Path, shown: &Path, limits: &Limits) -> Result<Trace> {
     let err = |e: rusqlite::Error| sqlite_err(shown, e);
     // Errors about a temporary copy name the file the user gave.
     let conn = open(db).map_err(|e| match e {
@@ -145,6 +116,12 @@ fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
             found_tables,
         });
     }
+    let rows = super::footprint::check(&conn, &schema.tables, shown, limits)?;
+    let _task = progress::begin(
+        || format!("reading {}", shown.display()),
+        Some(rows),
+        progress::Unit::Rows,
+    );
 
     // The kernel table is read on its own connection while this one reads the rest.
     let (kernels, rest) = std::thread::scope(|s| {
@@ -168,7 +145,12 @@ fn load_from(db: &Path, shown: &Path) -> Result<Trace> {
         })?
         .map_err(err)?;
     let rest = rest.map_err(err)?;
-    Ok(build(shown, &schema, kernels, rest))
+    let mut trace = build(shown, &schema, kernels, rest);
+    crate::model::bounds::check(&mut trace).map_err(|message| Error::Malformed {
+        path: shown.to_owned(),
+        message,
+    })?;
+    Ok(trace)
 }
 
 /// The export's table names and, for tables whose columns vary between versions, their columns.
@@ -328,7 +310,9 @@ fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKerne
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut out = RawKernels::default();
+    let mut counted = progress::Counter::new();
     while let Some(r) = rows.next()? {
+        counted.add(1);
         let i = out.kernels.len();
         let name = out.placeholder(i, 0, RawName::from(r.get_ref(6)?));
         let short_name = out.placeholder(i, 1, RawName::from(r.get_ref(7)?));
@@ -417,7 +401,9 @@ fn read_api(
         );
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
+        let mut counted = progress::Counter::new();
         while let Some(r) = rows.next()? {
+            counted.add(1);
             let name = names.id(int(r, 4)?);
             let kind = if names.strings.get(name).starts_with("cuda") {
                 ApiKind::Runtime
