@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Fuzz campaigns over every parser: the fuzz tests of the integration suite (tests/integration/
+# fuzz_*.rs), run with many cases in an optimised build that keeps overflow checks and debug
+# assertions on, so that an integer overflow is a failure as it is in the debug suite. Runs on the
+# build machine, from anywhere in the checkout.
+#
+#   scripts/bench/fuzz.sh [CASES] [SEED] [PARSER...]
+#
+# CASES per parser (default 1,000,000), in chunks of 50,000 so counts show as they come; SEED of
+# the campaign (default 1); PARSER among nsys, kineto, pickle, gzip (default all). FUZZ_THREADS
+# sets the worker threads (default 2). A case is replayed alone with
+#   FUZZ_SEED=S FUZZ_FIRST=N FUZZ_CASES=1 cargo test --release --test integration fuzz_PARSER
+# A failing case's input is kept in target/fuzz-failures/. Ends with one line per parser:
+# inputs, loaded, refused (one error line each), failed, slowest case.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+CASES=${1:-1000000}
+SEED=${2:-1}
+shift $(($# < 2 ? $# : 2))
+PARSERS=("$@")
+if [[ ${#PARSERS[@]} -eq 0 ]]; then
+    PARSERS=(nsys kineto pickle gzip)
+fi
+CHUNK=${FUZZ_CHUNK:-50000}
+export FUZZ_THREADS=${FUZZ_THREADS:-2}
+export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
+export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
+TARGET=target/fuzz
+
+cargo test --release --target-dir "$TARGET" --test integration --no-run -q
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+declare -A SUMMARY
+status=0
+for p in "${PARSERS[@]}"; do
+    inputs=0 loaded=0 refused=0 failed=0 slowest=0 started=$SECONDS
+    for ((first = 0; first < CASES; first += CHUNK)); do
+        n=$((CASES - first < CHUNK ? CASES - first : CHUNK))
+        if ! FUZZ_SEED=$SEED FUZZ_FIRST=$first FUZZ_CASES=$n \
+            cargo test --release --target-dir "$TARGET" -q --test integration "fuzz_$p::" \
+            -- --nocapture >"$LOG" 2>&1; then
+            status=1
+            grep -E '^(case [0-9]+:|fuzz )' "$LOG" >&2 || tail -20 "$LOG" >&2
+        fi
+        line=$(grep -E "^fuzz $p: " "$LOG" | tail -1 || true)
+        [[ -z $line ]] && { failed=$((failed + n)); continue; }
+        read -r i l r f s < <(sed -E 's/^[^:]+: ([0-9]+) inputs .*: ([0-9]+) loaded, ([0-9]+) refused .*, ([0-9]+) failed; slowest case ([0-9]+) ms.*/\1 \2 \3 \4 \5/' <<<"$line")
+        inputs=$((inputs + i)) loaded=$((loaded + l)) refused=$((refused + r)) failed=$((failed + f))
+        ((s > slowest)) && slowest=$s
+        echo "fuzz $p: $inputs inputs so far ($((SECONDS - started)) s)" >&2
+    done
+    SUMMARY[$p]=$(printf '%-7s %10d %10d %10d %7d %8d ms %7d s' "$p" "$inputs" "$loaded" "$refused" "$failed" "$slowest" $((SECONDS - started)))
+done
+echo
+echo "seed $SEED, $FUZZ_THREADS threads, $(nproc) CPUs"
+printf '%-7s %10s %10s %10s %7s %11s %9s\n' parser inputs loaded refused failed slowest time
+for p in "${PARSERS[@]}"; do
+    echo "${SUMMARY[$p]}"
+done
+exit $status
