@@ -8,7 +8,7 @@
 #
 # WORK_DIR (default /tmp/analyze-scale) receives the large inputs, made once with make_large.py
 # (they take minutes and about 8 GB of disk): the shared 60-step export ×50 (1.09 GB) and ×200
-# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×COPIES. With a
+# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES). With a
 # REFERENCE_ANALYZE binary, each command runs with it too (its outputs kept in WORK_DIR for the next
 # run) and the table says whether the outputs are equal byte for byte. ANALYZE names a prebuilt
 # binary instead of building one; ONLY runs the rows whose input name matches a pattern (x50,
@@ -22,7 +22,7 @@ WORK=${2:-/tmp/analyze-scale}
 ONLY=${ONLY:-}
 SHARED=../shared/fixtures/ours
 MEMSNAP_BASE=${MEMSNAP_BASE:-fixtures/memsnap/memsnap_medium_ctx512_train_fp32.pickle.gz}
-MEMSNAP_COPIES=${MEMSNAP_COPIES:-400}
+MEMSNAP_COPIES=${MEMSNAP_COPIES:-1100}
 mkdir -p "$WORK"
 
 if [[ -z ${ANALYZE:-} ]]; then
