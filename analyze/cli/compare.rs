@@ -25,8 +25,9 @@ use crate::Outcome;
                   the peak by category and frame. Every table is sorted by the size of the \
                   change.\n\n\
                   Exit status: 0 when the comparison was printed (and the --fail-if-slower check \
-                  passed), 1 when B's GPU kernel time is more than PCT% above A's, 2 for unreadable \
-                  input or bad usage."
+                  passed), 1 when B's GPU time per measured step (its total GPU kernel time when \
+                  either trace has no measured steps) is more than PCT% above A's, 2 for \
+                  unreadable input or bad usage."
 )]
 pub struct Args {
     /// The baseline trace or snapshot.
@@ -36,8 +37,9 @@ pub struct Args {
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
-    /// Exit 1 when B's total GPU kernel time is more than PCT percent above A's, naming the
-    /// kernels that got slower (GPU traces only).
+    /// Exit 1 when B's GPU time per measured step (kernels and CUDA graphs; total GPU kernel
+    /// time when either trace has no measured steps) is more than PCT percent above A's, naming
+    /// the kernels that got slower (GPU traces only).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_if_slower: Option<f64>,
     /// Rows per kernel, family, class and allocation table (0: all). JSON always has every row.

@@ -30,7 +30,10 @@ kernels, time by kernel class; then the same for the measured steps as a whole a
 trace, and inside attention the kernel time of the QK matmul, softmax and V matmul ranges with \
 the softmax/matmul ratio beside the FLOP ratio 5/(4*head_dim).\n\n\
 Warm-up iterations whose phase ranges lie outside any step range are left out. Without step \
-ranges every phase range counts as one step."
+ranges every phase range counts as one step.\n\n\
+Then where GPU time goes (compute, communication, memcpy, memset, CUDA graphs, idle) per phase, \
+figures per device and process when the trace holds several (the slowest rank named), and the \
+longest idle gaps with the CUDA call the host was in."
 )]
 pub struct Args {
     /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep), or a Kineto trace.
@@ -40,7 +43,8 @@ pub struct Args {
     /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
     #[arg(long, value_name = "FILE")]
     pub classes: Option<PathBuf>,
-    /// Regular expression naming the measured step ranges.
+    /// Regular expression naming the measured step ranges. Left at its default, PyTorch
+    /// profiler steps (`ProfilerStep#N`) are used when no range is named `step_N`.
     #[arg(long, value_name = "REGEX", default_value = DEFAULT_STEPS, value_parser = parse_regex)]
     pub steps: Regex,
     /// NVTX range names to report as phases, comma-separated.
@@ -69,6 +73,13 @@ pub struct Args {
     /// Non-GEMM kernels to list per phase.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub top: usize,
+    /// Only the GPU work of this device (and the host activity of the processes that ran work
+    /// on it).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Only the GPU work and host activity of this process (its pid).
+    #[arg(long, value_name = "PID")]
+    pub process: Option<u32>,
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
@@ -103,10 +114,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         attention,
         head_dim: args.head_dim,
         top: args.top,
+        device: args.device,
+        process: args.process,
     };
     let classifier = profile::classifier(args.classes.as_deref())?;
     let trace = analyze::formats::load_trace(&args.file)?;
     profile::check_profilable(&trace)?;
+    profile::devices::check_filters(&trace, opts.device, opts.process)?;
     let result = profile::profile(&trace, &classifier, &opts);
     analyze::cli::print(&render_to_string(args.format, &result.document()))
         .with_context(|| "writing the profile")?;

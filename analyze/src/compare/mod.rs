@@ -7,8 +7,10 @@
 //! function of that name: the variant family ([`crate::kernels::name::family`], which folds tile
 //! sizes, precisions and split-K variants of one GEMM together) and the kernel class
 //! ([`Grouping::class`]; [`compare_traces`] uses a [`Classifier`], so fp32 `sm80_xmma_gemm_*` and
-//! bf16 `nvjet_*` kernels, different families, meet in the `gemm` class). Ranges (NVTX, or
-//! Kineto annotations) are compared by label (`domain:name`), for labels present in both traces;
+//! bf16 `nvjet_*` kernels, different families, meet in the `gemm` class). CUDA graphs executed
+//! without per-kernel detail count as GPU work, one row per graph (`[CUDA graph 4]`). Ranges
+//! (NVTX, or Kineto annotations) are compared by label (`domain:name`, PyTorch `emit_nvtx` labels
+//! grouped under their operator), for labels present in both traces;
 //! passes (forward, backward, optimizer, the measured steps) per step through
 //! [`crate::profile::profile`] ([`passes`]), with the GEMM fraction of each. Rows are sorted by
 //! impact: the absolute change in total time. Everything here is pure and returns data
@@ -20,13 +22,14 @@ pub mod memory;
 pub mod passes;
 pub mod tables;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
 use crate::kernels::class::{Classifier, KernelClass};
 use crate::kernels::name::{canonical_names, family};
 use crate::model::trace::{Nanos, SourceFormat, Trace};
+use crate::profile::ranges::{group_name, untraced_graphs};
 use crate::profile::{profile, ProfileOptions};
 
 use self::passes::{pass_deltas, PassDelta};
@@ -112,7 +115,15 @@ pub struct PhaseDelta {
     pub range: String,
     pub a: Side,
     pub b: Side,
+    /// The labels as recorded, when the row groups `emit_nvtx` labels under their operator
+    /// (`:aten::mm, op_id = 123`): the first [`RAW_LABELS_KEPT`] in order, of both traces.
+    pub raw_labels: Vec<String>,
+    /// How many distinct labels as recorded the row groups (0: the label is as recorded).
+    pub raw_label_count: usize,
 }
+
+/// Recorded labels a grouped range row keeps.
+pub const RAW_LABELS_KEPT: usize = 10;
 
 impl PhaseDelta {
     pub fn time_delta(&self) -> Nanos {
@@ -196,7 +207,45 @@ pub struct Comparison {
     pub gemm_fraction: Option<GemmFraction>,
 }
 
+/// The figure a comparison leads with and `--fail-if-slower` judges.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Headline {
+    /// What is compared: `GPU time per measured step` or `GPU kernel time`.
+    pub figure: &'static str,
+    pub a_ns: f64,
+    pub b_ns: f64,
+    /// B against A, in percent; `None` when A has none.
+    pub change_pct: Option<f64>,
+}
+
+/// The name of the measured steps in [`Comparison::passes`].
+const MEASURED_STEPS: &str = "measured steps";
+
 impl Comparison {
+    /// GPU time per measured step (kernels and CUDA graphs executed without per-kernel detail, as
+    /// `analyze profile` gives each trace's measured steps) when both traces have measured steps,
+    /// so that work outside them (warm-up, compilation, autotuning) does not move it; else the
+    /// whole traces' GPU kernel time.
+    pub fn headline(&self) -> Headline {
+        let steps = self.passes.iter().find(|p| p.name == MEASURED_STEPS);
+        if let Some(p) = steps {
+            if let (Some(a), Some(b)) = (p.a.kernel_ns_per_step, p.b.kernel_ns_per_step) {
+                return Headline {
+                    figure: "GPU time per measured step",
+                    a_ns: a,
+                    b_ns: b,
+                    change_pct: p.kernel_delta_pct(),
+                };
+            }
+        }
+        Headline {
+            figure: "GPU kernel time",
+            a_ns: self.a.kernel_time.as_f64(),
+            b_ns: self.b.kernel_time.as_f64(),
+            change_pct: self.kernel_time_delta_pct(),
+        }
+    }
+
     pub fn kernel_time_delta(&self) -> Nanos {
         self.b.kernel_time - self.a.kernel_time
     }
@@ -207,7 +256,8 @@ impl Comparison {
     }
 }
 
-/// Instances and total time of every kernel, by GNU-demangled name.
+/// Instances and total time of every kernel, by GNU-demangled name, and of every CUDA graph
+/// executed without per-kernel detail (`[CUDA graph 4]`): GPU work too.
 pub fn kernel_totals(trace: &Trace) -> BTreeMap<String, Side> {
     let names = canonical_names(trace);
     let mut by_index: Vec<Side> = vec![Side::default(); names.names.len()];
@@ -217,7 +267,17 @@ pub fn kernel_totals(trace: &Trace) -> BTreeMap<String, Side> {
             total: k.duration(),
         });
     }
-    names.names.into_iter().zip(by_index).collect()
+    let mut totals: BTreeMap<String, Side> = names.names.into_iter().zip(by_index).collect();
+    let untraced = untraced_graphs(trace);
+    for (g, exec) in trace.graph_execs.iter().enumerate() {
+        if untraced[g] {
+            totals.entry(exec.label()).or_default().add(Side {
+                instances: 1,
+                total: exec.duration(),
+            });
+        }
+    }
+    totals
 }
 
 /// Rows of `a` and `b` grouped by `key` (the identity for per-kernel rows), by impact.
@@ -259,14 +319,22 @@ pub fn deltas(
     rows
 }
 
-/// Instances and total time of every range label.
-fn range_totals(trace: &Trace) -> HashMap<String, Side> {
-    let mut out: HashMap<String, Side> = HashMap::new();
+/// Instances and total time of every range label (`emit_nvtx` labels grouped under their
+/// operator), with the labels as recorded that each groups.
+fn range_totals(trace: &Trace) -> HashMap<String, (Side, BTreeSet<String>)> {
+    let mut out: HashMap<String, (Side, BTreeSet<String>)> = HashMap::new();
     for r in &trace.ranges {
-        out.entry(trace.range_label(r)).or_default().add(Side {
+        let name = trace.name(r.name);
+        let group = group_name(name);
+        let domain = r.domain.map(|d| trace.name(d)).unwrap_or("");
+        let e = out.entry(format!("{domain}:{group}")).or_default();
+        e.0.add(Side {
             instances: 1,
             total: r.duration(),
         });
+        if group.len() != name.len() {
+            e.1.insert(trace.range_label(r));
+        }
     }
     out
 }
@@ -277,11 +345,20 @@ pub fn phase_deltas(a: &Trace, b: &Trace) -> Vec<PhaseDelta> {
     let rb = range_totals(b);
     let mut rows: Vec<PhaseDelta> = ra
         .into_iter()
-        .filter_map(|(label, sa)| {
-            rb.get(&label).map(|&sb| PhaseDelta {
-                range: label,
-                a: sa,
-                b: sb,
+        .filter_map(|(label, (sa, raw_a))| {
+            rb.get(&label).map(|(sb, raw_b)| {
+                let raw: BTreeSet<&String> = raw_a.iter().chain(raw_b).collect();
+                PhaseDelta {
+                    range: label,
+                    a: sa,
+                    b: *sb,
+                    raw_labels: raw
+                        .iter()
+                        .take(RAW_LABELS_KEPT)
+                        .map(|s| s.to_string())
+                        .collect(),
+                    raw_label_count: raw.len(),
+                }
             })
         })
         .collect();
@@ -361,18 +438,21 @@ pub fn compare_traces(
 pub struct Regression {
     /// The allowed increase, in percent.
     pub threshold_pct: f64,
-    /// The measured increase in total kernel time, in percent (`None`: A had no kernel time).
+    /// The measured increase of the [`Comparison::headline`] figure, in percent (`None`: A had
+    /// none).
     pub change_pct: Option<f64>,
     /// Kernels whose total time rose, largest rise first.
     pub slowed: Vec<Delta>,
 }
 
-/// `Some` when B's total kernel time is more than `threshold_pct` percent above A's.
+/// `Some` when B's [`Comparison::headline`] figure (GPU time per measured step, else total
+/// kernel time) is more than `threshold_pct` percent above A's.
 pub fn check_slower(c: &Comparison, threshold_pct: f64) -> Option<Regression> {
-    let change = c.kernel_time_delta_pct();
+    let headline = c.headline();
+    let change = headline.change_pct;
     let failed = match change {
         Some(p) => p > threshold_pct,
-        None => c.b.kernel_time.0 > 0,
+        None => headline.b_ns > 0.0,
     };
     if !failed {
         return None;

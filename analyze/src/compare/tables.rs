@@ -106,6 +106,16 @@ fn delta_section(
 pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
     let mut summary = Table::new(["Metric", "A", "B", "Δ", "Δ %"]);
     let count = |p: Presence| c.kernels.iter().filter(|d| d.presence() == p).count() as i64;
+    let headline = c.headline();
+    if headline.figure != "GPU kernel time" {
+        summary.push(vec![
+            Cell::text(format!("{} (ns)", headline.figure)),
+            Cell::Float(headline.a_ns, 0),
+            Cell::Float(headline.b_ns, 0),
+            Cell::Float(headline.b_ns - headline.a_ns, 0),
+            opt_float(headline.change_pct, 1),
+        ]);
+    }
     summary.push(vec![
         Cell::text("GPU kernel time (ns)"),
         Cell::Int(c.a.kernel_time.0),
@@ -279,6 +289,7 @@ pub fn comparison_json(c: &Comparison) -> serde_json::Value {
             "wall_delta_ns_per_step": p.wall_delta_ns(),
             "gemm_delta_points": p.gemm_delta_points(),
         })).collect::<Vec<_>>(),
+        "headline": c.headline(),
         "kernel_time_delta_ns": c.kernel_time_delta(),
         "kernel_time_delta_pct": c.kernel_time_delta_pct(),
         "families": c.families.iter().map(delta_json).collect::<Vec<_>>(),
@@ -290,6 +301,8 @@ pub fn comparison_json(c: &Comparison) -> serde_json::Value {
             "time_delta_pct": p.time_delta_pct(),
             "a": {"instances": p.a.instances, "total_ns": p.a.total},
             "b": {"instances": p.b.instances, "total_ns": p.b.total},
+            "raw_labels": p.raw_labels,
+            "raw_label_count": p.raw_label_count,
         })).collect::<Vec<_>>(),
     })
 }
@@ -435,9 +448,11 @@ fn describe_change(pct: Option<f64>) -> String {
 
 /// The line a passed `--fail-if-slower` check prints.
 pub fn check_passed(c: &Comparison, threshold_pct: f64) -> String {
+    let h = c.headline();
     format!(
-        "check passed: GPU kernel time {} (allowed: +{threshold_pct}%)\n",
-        describe_change(c.kernel_time_delta_pct())
+        "check passed: {} {} (allowed: +{threshold_pct}%)\n",
+        h.figure,
+        describe_change(h.change_pct)
     )
 }
 
@@ -445,11 +460,13 @@ pub fn check_passed(c: &Comparison, threshold_pct: f64) -> String {
 /// largest rise first, their names cut to [`NAME_WIDTH`].
 pub fn check_failed(c: &Comparison, r: &Regression) -> String {
     let threshold = r.threshold_pct;
+    let h = c.headline();
     let mut msg = format!(
-        "check failed: GPU kernel time {} ({} ns -> {} ns), more than the allowed +{threshold}%\n",
+        "check failed: {} {} ({:.0} ns -> {:.0} ns), more than the allowed +{threshold}%\n",
+        h.figure,
         describe_change(r.change_pct),
-        c.a.kernel_time.0,
-        c.b.kernel_time.0,
+        h.a_ns,
+        h.b_ns,
     );
     msg.push_str("slowed kernels, largest rise first:\n");
     for d in r.slowed.iter().take(SLOWED_SHOWN) {

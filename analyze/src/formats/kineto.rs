@@ -235,6 +235,7 @@ impl Reader {
                         as u32,
                     static_shared_memory: shared as u32,
                     dynamic_shared_memory: 0,
+                    graph_node_id: None,
                 });
             }
             Category::Memcpy | Category::Memset => {

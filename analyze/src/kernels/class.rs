@@ -5,7 +5,10 @@
 //! [`KernelClass::Other`]. The built-in rules ([`BUILTIN_RULES`]) were written against every
 //! distinct kernel name in the project's Nsight Systems fixtures and the public exports beside
 //! them (PyTorch eager fp32/bf16 on H200, cuBLAS/cuBLASLt, CUTLASS, nvjet, TensorRT, cuDNN
-//! convolutions, nvFuser, OpenACC). A user file (TOML or JSON, see [`Classifier::load`]) adds rules
+//! convolutions, nvFuser, OpenACC), torch.compile, DDP and ROCm traces, and vendors' kernel names
+//! (Tensile/hipBLASLt, RCCL, CUTLASS 3.x and Blackwell block-scaled GEMMs, FlashAttention 2-4,
+//! vLLM, FlashInfer, TensorRT-LLM); `fixtures/kernel_classes.tsv` holds the names they are
+//! checked against. A user file (TOML or JSON, see [`Classifier::load`]) adds rules
 //! that are tried before the built-in ones, or replaces them. This module only names classes; it
 //! does not sum times (that is [`crate::profile`]).
 //!
@@ -52,15 +55,19 @@ pub enum KernelClass {
     Memcpy,
     /// A memset (not a kernel).
     Memset,
-    /// Collectives (NCCL).
+    /// Collectives and point-to-point transfers between GPUs: NCCL and RCCL kernels, custom
+    /// all-reduce kernels, NVLS `multimem` kernels.
     Communication,
     /// Convolution kernels that are not GEMMs: Winograd and FFT transforms, im2col.
     Convolution,
+    /// A CUDA graph execution traced as a whole (no per-kernel detail): its kernels could be
+    /// anything.
+    CudaGraph,
     Other,
 }
 
 impl KernelClass {
-    pub const ALL: [KernelClass; 14] = [
+    pub const ALL: [KernelClass; 15] = [
         KernelClass::Gemm,
         KernelClass::Attention,
         KernelClass::Softmax,
@@ -74,6 +81,7 @@ impl KernelClass {
         KernelClass::Memset,
         KernelClass::Communication,
         KernelClass::Convolution,
+        KernelClass::CudaGraph,
         KernelClass::Other,
     ];
 
@@ -93,6 +101,7 @@ impl KernelClass {
             KernelClass::Memset => "memset",
             KernelClass::Communication => "communication",
             KernelClass::Convolution => "convolution",
+            KernelClass::CudaGraph => "cuda_graph",
             KernelClass::Other => "other",
         }
     }
@@ -105,6 +114,7 @@ impl KernelClass {
             KernelClass::Index => "embedding/index",
             KernelClass::Copy => "copy/cast",
             KernelClass::Communication => "communication",
+            KernelClass::CudaGraph => "cuda graph",
             other => other.as_str(),
         }
     }
@@ -139,6 +149,7 @@ impl std::str::FromStr for KernelClass {
             "cast" | "copy/cast" | "copy_cast" => Some(KernelClass::Copy),
             "nccl" | "collective" => Some(KernelClass::Communication),
             "conv" => Some(KernelClass::Convolution),
+            "graph" | "cuda graph" | "cudagraph" => Some(KernelClass::CudaGraph),
             _ => None,
         };
         alias
@@ -152,67 +163,118 @@ impl std::str::FromStr for KernelClass {
 
 /// The built-in rules, in the order they are tried: (class, pattern, why).
 ///
-/// Order matters: fused attention comes before GEMM (cuDNN and CUTLASS attention kernels carry
-/// GEMM-like prefixes), GEMM before everything else (epilogues put `relu` in GEMM names), softmax
-/// and normalization before reduction, and index, copy and optimizer before elementwise (PyTorch
-/// wraps copies, gathers and `_foreach_` updates in `*elementwise_kernel` templates).
+/// Order matters: communication comes first (collective names carry `reduce`), fused attention
+/// before GEMM (cuDNN and CUTLASS attention kernels carry GEMM-like prefixes), GEMM before
+/// everything else (epilogues put `relu` in GEMM names), softmax and normalization before
+/// reduction, and index, copy and optimizer before elementwise (PyTorch wraps copies, gathers and
+/// `_foreach_` updates in `*elementwise_kernel` templates). torch.compile's Triton kernels are
+/// classed by their kind (`triton_poi_` pointwise, `triton_per_`/`triton_red_` reductions,
+/// `triton_tem_` GEMM templates) before the op names Inductor strings into them (`permute`,
+/// `index`, `scatter`) can decide; softmax and norms are told apart by the ops they reduce over.
+/// Every rule is written for a family of names, not for one name.
 pub const BUILTIN_RULES: &[(KernelClass, &str, &str)] = &[
     (KernelClass::Memcpy, r"^\[CUDA memcpy", "nsys's label of a memcpy"),
     (KernelClass::Memset, r"^\[CUDA memset", "nsys's label of a memset"),
-    (KernelClass::Communication, r"(?i)nccl", "NCCL collectives (ncclDevKernel_*, ncclKernel_*)"),
+    (KernelClass::CudaGraph, r"^\[CUDA graph", "a CUDA graph execution traced as a whole"),
+    (
+        KernelClass::Communication,
+        r"(?i)nccl|rccl|msccl|nvshmem|deep_ep::",
+        "collective libraries: NCCL (ncclDevKernel_*, ncclKernel_*), RCCL (rcclGenericKernel), MSCCL, NVSHMEM, DeepEP",
+    ),
+    (
+        KernelClass::Communication,
+        r"(?i)multimem_|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all",
+        "custom collectives: NVLS multimem kernels, vLLM/SGLang/AITER cross_device_reduce, TensorRT-LLM one-/two-shot all-reduce",
+    ),
     (
         KernelClass::Attention,
-        r"(?i)flash_?(fwd|bwd|attn)|flash::|fmha|sdpa|flex_attention|mha_(fwd|bwd)|AttentionKernel|efficient_attention|_attn_(fwd|bwd)",
-        "FlashAttention 1-3, memory-efficient attention (fmha_cutlassF/B), cuDNN SDPA, Triton attention",
+        r"(?i)flash_?(fwd|bwd|attn)|flash::|flash_\w*(fwd|bwd|dq|dk|dv|attention|decode|prefill)|FlashAttention|fmha|sdpa|flex_attention|mha_(fwd|bwd)|AttentionKernel|efficient_attention|(^|_)attn_(fwd|bwd)|paged_(attention|attn)|merge_attn_states|unified_attention|(Batch|Single)(Prefill|Decode)With\w*KVCache",
+        "FlashAttention 1-4 (flash_fwd_*, flash::FlashAttnFwdSm90), fmha (xformers/PyTorch fmha_cutlassF/B, TensorRT-LLM fmhaSm100*, CK ck_tile::FmhaFwdKernel), cuDNN SDPA, Triton attention (attn_fwd), vLLM paged and unified attention, FlashInfer prefill/decode",
     ),
-    (KernelClass::Gemm, r"(?i)splitk_?reduce", "cuBLAS split-K reduction: the second half of a split-K GEMM"),
+    (KernelClass::Gemm, r"(?i)splitk_?reduce|ReduceSplitK", "split-K reductions (cuBLAS, CUTLASS): the second half of a split-K GEMM"),
     (KernelClass::Gemm, r"cublasLt::", "cuBLASLt only launches matrix products and their epilogues"),
-    (KernelClass::Reduction, r"(?i)pooling", "pooling (sm50_xmma_pooling_*): windowed max/average"),
+    (
+        KernelClass::Reduction,
+        r"(?i)pooling|max_?pool|avg_?pool",
+        "pooling (sm50_xmma_pooling_*, max_pool_forward_nchw): windowed max/average",
+    ),
     (
         KernelClass::Gemm,
         r"^sm\d+_xmma_\w*(gemm|fprop|dgrad|wgrad)",
         "cuBLAS/cuDNN xmma GEMMs and implicit-GEMM convolutions (sm80_xmma_gemm_*)",
     ),
-    (KernelClass::Gemm, r"^sm(9\d|1\d\d)_", "Hopper/Blackwell cuBLAS and CUTLASS kernels named by architecture (sm90_*)"),
+    (KernelClass::Gemm, r"^sm(9\d|1\d\d)_", "Hopper/Blackwell cuBLAS and CUTLASS kernels named by architecture (sm90_*, sm100_*)"),
     (
         KernelClass::Gemm,
-        r"^(trt_)?(maxwell|kepler|pascal|volta|turing|ampere|ada|hopper|blackwell)_\w*(gemm|cudnn)",
-        "cuBLAS/cuDNN/TensorRT SASS kernels: ampere_sgemm_*, volta_sgemm_*, volta_scudnn_*, trt_ampere_h16816gemm_*",
+        r"(^|_)(maxwell|kepler|pascal|volta|turing|ampere|ada|hopper|blackwell)_\w*(gemm|cudnn)",
+        "cuBLAS/cuDNN/TensorRT SASS kernels: ampere_sgemm_*, volta_scudnn_*, trt_ampere_h16816gemm_*, cudnn_infer_ampere_scudnn_*",
     ),
     (KernelClass::Gemm, r"^nvjet_", "cuBLAS nvjet kernels (Hopper and later)"),
-    (KernelClass::Gemm, r"(?i)cutlass.*(gemm|conv(2d|3d|olution))", "CUTLASS GEMMs: cutlass::Kernel2<cutlass_80_simt_sgemm_*>, GemmUniversal"),
+    (
+        KernelClass::Gemm,
+        r"(?i)cutlass.*(gemm|conv(2d|3d|olution))|cutlass\w*(tensorop|simt|wmma)\w*(fprop|dgrad|wgrad)",
+        "CUTLASS GEMMs and implicit-GEMM convolutions: cutlass::Kernel2<cutlass_80_simt_sgemm_*>, GemmUniversal, cutlass3x_sm100_bstensorop_*, cutlass_tensorop_s1688dgrad_*",
+    ),
+    (KernelClass::Gemm, r"^(Custom_)?Cijk_", "ROCm Tensile and hipBLASLt GEMMs (Cijk_Ailk_Bljk_*, Cijk_Alik_Bljk_*_MI16x16x1_*)"),
+    (
+        KernelClass::Gemm,
+        r"^[Bb]mm_(Mx)?(E\dm\d|Bfloat16|Fp16|Fp32)",
+        "TensorRT-LLM/FlashInfer trtllm-gen batched GEMMs named by operand types, block-scaled ones included (bmm_E4m3_E4m3E4m3_Fp32_*, bmm_MxE4m3_MxE2m1MxE4m3_*)",
+    ),
     (KernelClass::Gemm, r"^triton_tem_", "torch.compile Triton templates (mm, bmm, addmm, conv)"),
+    (
+        KernelClass::Gemm,
+        r"(?i)fused_moe_kernel|wvSplitK",
+        "grouped and skinny GEMMs under other names: Triton fused MoE, vLLM's ROCm wvSplitK",
+    ),
     (
         KernelClass::Gemm,
         r"nvfuser_matmul|nvfuser_\w*\(.*TensorMap.*TensorMap",
         "nvFuser matmuls (operands loaded through TMA descriptors on Hopper)",
     ),
-    (KernelClass::Gemm, r"(?i)gemm|gemv|matmul", "any other GEMM or GEMV: gemmSN_*, gemmk1_kernel, gemv2T_*"),
-    (KernelClass::Softmax, r"(?i)softmax", "softmax and log-softmax (cunn_SoftMaxForward*)"),
+    (KernelClass::Gemm, r"(?i)gemm|gemv|matmul", "any other GEMM or GEMV: gemmSN_*, gemmk1_kernel, gemv2T_*, deep_gemm::*"),
+    (KernelClass::Softmax, r"(?i)softmax", "softmax and log-softmax (cunn_SoftMaxForward*, topkGatingSoftmax)"),
+    (
+        KernelClass::Softmax,
+        r"^triton_(per|red)_fused\w*_(amax\w*_exp|exp\w*_max)\w*_sum",
+        "torch.compile softmax: a Triton reduction over max, exp and sum (Inductor lists fused ops alphabetically)",
+    ),
     (
         KernelClass::Normalization,
         r"(?i)layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|RowwiseMoments|welford|\bbn_(fw|bw)",
         "layer, RMS, group, batch and instance normalization",
     ),
     (
+        KernelClass::Normalization,
+        r"^triton_(per|red)_fused\w*(_mean\w*_rsqrt|_var_mean)",
+        "torch.compile RMS and layer norms: a Triton reduction over mean (or var_mean) and rsqrt",
+    ),
+    (KernelClass::Reduction, r"^triton_(per|red)_", "other torch.compile Triton reductions"),
+    (KernelClass::Elementwise, r"^triton_poi_", "torch.compile Triton pointwise kernels, whatever views and permutes they fuse"),
+    (
         KernelClass::Optimizer,
         r"multi_tensor_apply|(?i)adam|fused_sgd|lamb_|_fused_sgd",
         "optimizer updates; PyTorch's foreach/fused AdamW runs multi_tensor_apply_kernel",
     ),
     (
+        KernelClass::Elementwise,
+        r"(?i)rotary|(^|_)rope_",
+        "rotary position embeddings: pointwise, though their names say embedding",
+    ),
+    (
         KernelClass::Index,
-        r"(?i)embedding|index_select|indexSelect|index_elementwise|indexing_backward|index_put|indexFunc|gather|scatter|radix_?sort|segmented_sort|bitonic|topk",
-        "embedding lookups, gather/scatter, indexing and the sorts behind their backward",
+        r"(?i)embedding|index_select|indexSelect|index_elementwise|indexing_backward|index_put|indexFunc|gather|scatter|radix_?sort|segmented_sort|bitonic|topk|moe_align|routingIndices",
+        "embedding lookups, gather/scatter, indexing and the sorts behind their backward; MoE token routing",
     ),
     (
         KernelClass::Copy,
-        r"(?i)copy_kernel|direct_copy|CatArray|transpose|permut|Reformat|copyVectorized|_to_copy|\bcast_",
-        "copies, casts, concatenation, transposes and layout reformats",
+        r"(?i)copy_kernel|direct_copy|CatArray|transpose|permut|Reformat|copyVectorized|_to_copy|\bcast_|nchw_?to_?nhwc|nhwc_?to_?nchw|(reshape|concat)_and_cache|(de)?quant(ize|_)",
+        "copies, casts and quantization, concatenation, transposes and layout changes, KV-cache writes",
     ),
     (
         KernelClass::Convolution,
-        r"(?i)winograd|fft2d|fft_|im2col|col2im|flip_filter|convolve|conv2d",
-        "convolution transforms that are not GEMMs",
+        r"(?i)winograd|fft2d|fft_|im2col|col2im|flip_filter|convolve|conv2d|wgrad|dgrad|computeOffsets",
+        "convolution kernels that are not GEMMs: transforms, weight-gradient reductions, offset tables",
     ),
     (
         KernelClass::Normalization,
@@ -221,13 +283,13 @@ pub const BUILTIN_RULES: &[(KernelClass, &str, &str)] = &[
     ),
     (
         KernelClass::Reduction,
-        r"(?i)reduce|reduction|argmax|argmin|cumsum|cumprod|scan_kernel|nll_loss|cross_entropy|triton_(red|per)_",
+        r"(?i)reduce|reduction|argmax|argmin|cumsum|cumprod|scan_kernel|nll_loss|cross_entropy",
         "reductions (sum, mean, max), losses, scans",
     ),
     (
         KernelClass::Elementwise,
-        r"(?i)elementwise|pointwise|triton_poi_|fill|triu|tril|distribution|dropout|relu|gelu|silu|sigmoid|tanh",
-        "pointwise kernels, fills, masks and random number generation",
+        r"(?i)elementwise|pointwise|fill|triu|tril|distribution|dropout|relu|gelu|silu|sigmoid|tanh|_vectorized\d+_kernel",
+        "pointwise kernels, fills, masks, random number generation and jiterator kernels (erfinv_kernel_vectorized4_kernel)",
     ),
 ];
 

@@ -1,11 +1,11 @@
 //! The trace model: GPU work, whatever format it came from.
 //!
 //! An Nsight Systems export, a Kineto trace and `collect`'s own trace all load into a [`Trace`]:
-//! GPU kernels, CUDA API calls, NVTX ranges and marks, memcpy/memset operations, GPU info and
-//! export metadata. Names are interned once in a [`Strings`] table; times are [`Nanos`] and sizes
-//! [`Bytes`], so a time is never added to a size. Analyses are pure functions over this model and
-//! never look at the file it came from. Memory snapshots have the sibling model
-//! [`super::snapshot`]: they describe allocations, not GPU work.
+//! GPU kernels, CUDA graph executions, CUDA API calls, NVTX ranges and marks, memcpy/memset
+//! operations, GPU info and export metadata. Names are interned once in a [`Strings`] table;
+//! times are [`Nanos`] and sizes [`Bytes`], so a time is never added to a size. Analyses are pure
+//! functions over this model and never look at the file it came from. Memory snapshots have the
+//! sibling model [`super::snapshot`]: they describe allocations, not GPU work.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -177,11 +177,42 @@ pub struct Kernel {
     pub registers_per_thread: u32,
     pub static_shared_memory: u32,
     pub dynamic_shared_memory: u32,
+    /// The node of the CUDA graph the kernel ran in, when graphs were traced node by node
+    /// (`nsys profile --cuda-graph-trace=node`); its correlation id is then the graph launch's.
+    pub graph_node_id: Option<u64>,
 }
 
 impl Kernel {
     pub fn duration(&self) -> Nanos {
         self.end - self.start
+    }
+}
+
+/// One execution of a CUDA graph, as a whole: Nsight Systems' default graph tracing records each
+/// graph launch's span on the GPU and not the kernels inside it.
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphExec {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub device: u32,
+    pub stream: u32,
+    /// The correlation id of the launch call (`cudaGraphLaunch`).
+    pub correlation_id: u64,
+    pub pid: u32,
+    /// The graph it was instantiated from, and the executable graph.
+    pub graph_id: u64,
+    pub graph_exec_id: u64,
+}
+
+impl GraphExec {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+
+    /// How tables name a graph execution: `[CUDA graph 4]`, beside nsys's `[CUDA memcpy ...]`
+    /// labels.
+    pub fn label(&self) -> String {
+        format!("[CUDA graph {}]", self.graph_id)
     }
 }
 
@@ -351,6 +382,9 @@ pub struct Trace {
     pub marks: Vec<Mark>,
     /// Sorted by start time.
     pub mem_ops: Vec<MemOp>,
+    /// Graph executions traced as a whole, sorted by start time; empty when the trace has no
+    /// graphs or traced their kernels one by one.
+    pub graph_execs: Vec<GraphExec>,
     pub gpus: Vec<Gpu>,
     /// Thread names by (pid, tid), where the file records them.
     pub thread_names: HashMap<(u32, u32), StrId>,
@@ -367,6 +401,7 @@ impl Trace {
             open_ranges: Vec::new(),
             marks: Vec::new(),
             mem_ops: Vec::new(),
+            graph_execs: Vec::new(),
             gpus: Vec::new(),
             thread_names: HashMap::new(),
         }
@@ -391,6 +426,7 @@ impl Trace {
         self.open_ranges.sort_by_key(|r| r.start);
         self.marks.sort_by_key(|m| m.time);
         self.mem_ops.sort_by_key(|m| m.start);
+        self.graph_execs.sort_by_key(|g| g.start);
     }
 }
 

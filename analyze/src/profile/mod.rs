@@ -3,18 +3,25 @@
 //! Per phase (`forward`, `backward`, `optimizer` or any named NVTX ranges): the number of
 //! measured steps, wall time per step (NVTX), GPU-projected time per step, kernel time, the GEMM
 //! fraction, the kernel with the most time (its share and calls per step), the top non-GEMM
-//! kernels, and time by kernel class. Then the same for the measured steps as a whole and for
-//! every kernel of the trace, and inside attention the kernel time of the
+//! kernels, time by kernel class, and where the GPU time went (compute, communication, memcpy,
+//! memset, graph, idle). Then the same for the measured steps as a whole and for every kernel of
+//! the trace, inside attention the kernel time of the
 //! `attention_matmul_QK`/`attention_softmax`/`attention_matmul_V` ranges with the softmax/matmul
-//! ratio beside the FLOP ratio 5/(4·head_dim).
+//! ratio beside the FLOP ratio 5/(4·head_dim), figures per device and process, and the longest
+//! idle gaps.
 //!
 //! [`profile`] is a pure function of a [`Trace`], a [`Classifier`] and [`ProfileOptions`]; its
 //! [`Profile`] serialises to the JSON of `analyze profile --format json` and
 //! [`Profile::document`] lays it out as tables. Range selection and kernel attribution are in
-//! [`ranges`]; this module only sums. Kernel figures count kernels only: memcpy and memset
-//! time is reported beside them, and the GPU projection includes them as nsys does.
+//! [`ranges`], the timeline breakdown in [`breakdown`], per-device figures in [`devices`]; this
+//! module only sums. Kernel figures count kernels, and CUDA graph executions traced as a whole
+//! (class `cuda graph`, one launch each): memcpy and memset time is reported beside them, and the
+//! GPU projection includes them as nsys does.
 
+pub mod breakdown;
+pub mod devices;
 pub mod ranges;
+mod summary;
 mod tables;
 
 use std::collections::HashMap;
@@ -26,15 +33,22 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::formats::run_metadata;
 use crate::kernels::class::{Classifier, KernelClass};
-use crate::kernels::label::display_name;
 use crate::model::trace::{Nanos, StrId, Trace};
 use crate::render::cells::truncate;
 
+use self::breakdown::{longest_idle_gaps, Breakdown, GapWindow, IdleGap, Timelines};
+use self::devices::{device_profiles, graph_summary, DeviceProfile, GraphSummary, StepBreakdown};
 pub use self::ranges::Attribution;
-use self::ranges::{find_steps, select, Launches, Selection};
+use self::ranges::{
+    find_steps, group_name, select, steps_per_process, untraced_graphs, Launches, Selection,
+};
+use self::summary::{per_step, step_breakdowns, summarize, summarize_selection, Context, Work};
 
 /// The default step pattern: `step_0`, `step_1`, ...
 pub const DEFAULT_STEPS: &str = r"^step_\d+$";
+/// The steps of a PyTorch profiler schedule, tried when no range matches [`DEFAULT_STEPS`] and
+/// the pattern was left at its default.
+pub const PROFILER_STEPS: &str = r"^ProfilerStep#\d+$";
 /// The default phases.
 pub const DEFAULT_PHASES: [&str; 3] = ["forward", "backward", "optimizer"];
 /// The default attention ranges: QK matmul, softmax, V matmul.
@@ -56,8 +70,13 @@ pub struct ProfileOptions {
     pub attention: [String; 3],
     /// Attention head dimension, for the FLOP ratio; else taken from the trace's run metadata.
     pub head_dim: Option<u32>,
-    /// How many non-GEMM kernels to list per phase.
+    /// How many non-GEMM kernels (and idle gaps) to list.
     pub top: usize,
+    /// Only the GPU work of this device (and the host activity of the processes that ran work
+    /// on it).
+    pub device: Option<u32>,
+    /// Only the GPU work and host activity of this process.
+    pub process: Option<u32>,
 }
 
 impl Default for ProfileOptions {
@@ -69,6 +88,8 @@ impl Default for ProfileOptions {
             attention: DEFAULT_ATTENTION.map(String::from),
             head_dim: None,
             top: 5,
+            device: None,
+            process: None,
         }
     }
 }
@@ -124,6 +145,9 @@ pub struct PhaseProfile {
     /// Every range of this name in the trace, warm-up included, and their total wall time.
     pub all_ranges: usize,
     pub all_wall_ns: i64,
+    /// Where the GPU time of the phase's spans went, summed over its instances and the devices
+    /// each ran work on (see [`breakdown`]).
+    pub breakdown: Breakdown,
 }
 
 /// Time inside one attention range.
@@ -174,6 +198,15 @@ pub struct Profile {
     pub attention: Option<AttentionProfile>,
     /// What the trace lacks or how figures were taken, one line each.
     pub notes: Vec<String>,
+    /// Per device and process: kernel, communication, graph and idle time.
+    pub devices: Vec<DeviceProfile>,
+    /// CUDA graph launches, and those traced as a whole.
+    pub graphs: GraphSummary,
+    /// Each measured step on each device it ran work on.
+    pub step_breakdown: Vec<StepBreakdown>,
+    /// The longest stretches during which a device ran nothing inside the measured steps (inside
+    /// each device's active span without steps), longest first.
+    pub idle_gaps: Vec<IdleGap>,
 }
 
 /// Fail with one clear line when `trace` has nothing a profile can use.
@@ -212,6 +245,7 @@ impl ClassCache<'_> {
 
 /// Profile `trace`. Never fails: what is missing is said in [`Profile::notes`].
 pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) -> Profile {
+    let trace = &*devices::restrict(trace, opts.device, opts.process);
     let mut notes = Vec::new();
     let mut cache = ClassCache {
         classifier,
@@ -229,8 +263,29 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
             "no CUDA API call is linked to a kernel by correlation id (CUPTI_ACTIVITY_KIND_RUNTIME absent?): kernels cannot be attributed to ranges".into(),
         );
     }
+    let untraced = untraced_graphs(trace);
+    let communication: Vec<bool> = trace
+        .kernels
+        .iter()
+        .map(|k| cache.get(trace, k.name) == KernelClass::Communication)
+        .collect();
+    let timelines = Timelines::new(trace, &communication, &untraced);
+    let ctx = Context {
+        trace,
+        timelines: &timelines,
+        top: opts.top,
+    };
 
-    let step_names = names_matching(trace, |n| opts.steps.is_match(n));
+    let mut step_pattern = opts.steps.as_str().to_owned();
+    let mut step_names = names_matching(trace, |n| opts.steps.is_match(n));
+    if step_names.is_empty() && step_pattern == DEFAULT_STEPS {
+        let profiler = Regex::new(PROFILER_STEPS).expect("valid");
+        let found = names_matching(trace, |n| profiler.is_match(n));
+        if !find_steps(trace, |r| found.contains(&r.name)).is_empty() {
+            step_pattern = PROFILER_STEPS.to_owned();
+            step_names = found;
+        }
+    }
     let steps = find_steps(trace, |r| step_names.contains(&r.name));
     if steps.is_empty() && !trace.ranges.is_empty() {
         notes.push(format!(
@@ -238,20 +293,23 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
             opts.steps.as_str()
         ));
     }
+    let mut step_breakdown = Vec::new();
     let step = (!steps.is_empty()).then(|| {
         let sel = select(trace, &launches, &[], |r| step_names.contains(&r.name));
-        summarize_selection(trace, &mut cache, "measured steps", &sel, opts.top)
+        step_breakdown = step_breakdowns(trace, &timelines, &sel);
+        summarize_selection(&ctx, &mut cache, "measured steps", &sel)
     });
 
     let mut phases = Vec::new();
     for name in &opts.phases {
-        let Some(id) = trace.strings.lookup(name) else {
-            if !trace.ranges.is_empty() {
+        let ids = names_matching(trace, |n| n == name || group_name(n) == name);
+        if ids.is_empty() {
+            if !trace.ranges.is_empty() || trace.strings.lookup(name).is_some() {
                 notes.push(format!("phase `{name}`: no NVTX range of that name"));
             }
             continue;
-        };
-        let sel = select(trace, &launches, &steps, |r| r.name == id);
+        }
+        let sel = select(trace, &launches, &steps, |r| ids.contains(&r.name));
         if sel.all_ranges == 0 {
             notes.push(format!("phase `{name}`: no NVTX range of that name"));
             continue;
@@ -263,7 +321,7 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
             ));
             continue;
         }
-        phases.push(summarize_selection(trace, &mut cache, name, &sel, opts.top));
+        phases.push(summarize_selection(&ctx, &mut cache, name, &sel));
     }
 
     if opts
@@ -278,14 +336,26 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
 
     let all_kernels: Vec<usize> = (0..trace.kernels.len()).collect();
     let all_mem_ops: Vec<usize> = (0..trace.mem_ops.len()).collect();
+    let all_graphs: Vec<usize> = (0..trace.graph_execs.len())
+        .filter(|&g| untraced[g])
+        .collect();
+    let mut whole_breakdown = Breakdown::default();
+    for d in timelines.device_ids() {
+        if let Some((s, e)) = timelines.span(d) {
+            whole_breakdown.add(&timelines.breakdown(d, s, e));
+        }
+    }
     let whole_trace = summarize(
-        trace,
+        &ctx,
         &mut cache,
         "whole trace",
-        &all_kernels,
-        &all_mem_ops,
+        Work {
+            kernels: &all_kernels,
+            mem_ops: &all_mem_ops,
+            graphs: &all_graphs,
+        },
         None,
-        opts.top,
+        whole_breakdown,
     );
 
     let head_dim = opts
@@ -299,16 +369,79 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
         ));
     }
 
+    let graphs = graph_summary(trace, &untraced);
+    if graphs.untraced_launches > 0 {
+        notes.push(format!(
+            "{} of {} CUDA graph launches carry no per-kernel detail: their GPU time ({:.3} ms) counts as class `cuda graph`; `nsys profile --cuda-graph-trace=node` traces the kernels inside graphs",
+            graphs.untraced_launches,
+            graphs.launches,
+            graphs.graph_ns as f64 / 1e6
+        ));
+    }
+    let devices = device_profiles(
+        trace,
+        &timelines,
+        &communication,
+        &untraced,
+        &step_breakdown,
+    );
+    let processes = steps
+        .iter()
+        .map(|&s| trace.ranges[s].pid)
+        .collect::<std::collections::HashSet<u32>>()
+        .len();
+    if processes > 1 {
+        notes.push(format!(
+            "{processes} processes: a step is a step of one process; per-step kernel figures add up the work of every process in a step, wall and GPU-projected time per step are means over the processes"
+        ));
+    }
+    if let Some(d) = opts.device {
+        notes.push(format!("only the GPU work of device {d} (--device)"));
+    }
+    if let Some(p) = opts.process {
+        notes.push(format!("only process {p} (--process)"));
+    }
+    let gap_windows: Vec<GapWindow> = if step_breakdown.is_empty() {
+        timelines
+            .device_ids()
+            .into_iter()
+            .filter_map(|d| {
+                let (start, end) = timelines.span(d)?;
+                Some(GapWindow {
+                    device: d,
+                    start,
+                    end,
+                    step: None,
+                })
+            })
+            .collect()
+    } else {
+        step_breakdown
+            .iter()
+            .map(|s| GapWindow {
+                device: s.device,
+                start: Nanos(s.start_ns),
+                end: Nanos(s.start_ns + s.breakdown.span_ns),
+                step: Some(s.step.clone()),
+            })
+            .collect()
+    };
+    let idle_gaps = longest_idle_gaps(trace, &timelines, &gap_windows, opts.top);
+
     Profile {
         file: trace.source.path.display().to_string(),
         attribution: opts.attribution,
-        step_pattern: opts.steps.as_str().to_owned(),
-        measured_steps: steps.len(),
+        step_pattern,
+        measured_steps: steps_per_process(trace, &steps),
         phases,
         step,
         whole_trace,
         attention,
         notes,
+        devices,
+        graphs,
+        step_breakdown,
+        idle_gaps,
     }
 }
 
@@ -324,25 +457,23 @@ fn names_matching(trace: &Trace, f: impl Fn(&str) -> bool) -> std::collections::
         .collect()
 }
 
-/// "ranges in this trace: ..." with the most frequent range names, to help pick `--phases`.
+/// "ranges in this trace: ..." with the most frequent range names (`emit_nvtx` labels grouped
+/// under their operator), to help pick `--phases`.
 fn range_names_hint(trace: &Trace) -> Option<String> {
-    let mut counts: HashMap<StrId, usize> = HashMap::new();
+    let mut counts: HashMap<&str, usize> = HashMap::new();
     for r in &trace.ranges {
-        *counts.entry(r.name).or_default() += 1;
+        *counts.entry(group_name(trace.name(r.name))).or_default() += 1;
     }
     if counts.is_empty() {
         return None;
     }
-    let mut names: Vec<(StrId, usize)> = counts.into_iter().collect();
-    names.sort_by(|a, b| {
-        b.1.cmp(&a.1)
-            .then_with(|| trace.name(a.0).cmp(trace.name(b.0)))
-    });
+    let mut names: Vec<(&str, usize)> = counts.into_iter().collect();
+    names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
     const SHOWN: usize = 8;
     let list: Vec<String> = names
         .iter()
         .take(SHOWN)
-        .map(|(n, c)| format!("`{}` x{c}", truncate(trace.name(*n), 60)))
+        .map(|(n, c)| format!("`{}` x{c}", truncate(n, 60)))
         .collect();
     let more = names.len().saturating_sub(SHOWN);
     Some(format!(
@@ -354,144 +485,6 @@ fn range_names_hint(trace: &Trace) -> Option<String> {
             String::new()
         }
     ))
-}
-
-fn per_step(v: f64, steps: usize) -> Option<f64> {
-    (steps > 0).then(|| v / steps as f64)
-}
-
-/// Range figures of a phase: absent for the whole-trace row.
-struct Ranged {
-    steps: usize,
-    ranges: usize,
-    wall: Nanos,
-    proj: Nanos,
-    all_ranges: usize,
-    all_wall: Nanos,
-}
-
-fn summarize_selection(
-    trace: &Trace,
-    cache: &mut ClassCache<'_>,
-    name: &str,
-    sel: &Selection,
-    top: usize,
-) -> PhaseProfile {
-    let kernels: Vec<usize> = sel.kernels().collect();
-    let mem_ops: Vec<usize> = sel.mem_ops().collect();
-    let ranged = Ranged {
-        steps: sel.steps,
-        ranges: sel.instances.len(),
-        wall: sel.wall(trace),
-        proj: sel.projection(trace),
-        all_ranges: sel.all_ranges,
-        all_wall: sel.all_wall,
-    };
-    summarize(trace, cache, name, &kernels, &mem_ops, Some(ranged), top)
-}
-
-fn summarize(
-    trace: &Trace,
-    cache: &mut ClassCache<'_>,
-    name: &str,
-    kernel_ids: &[usize],
-    mem_op_ids: &[usize],
-    ranged: Option<Ranged>,
-    top: usize,
-) -> PhaseProfile {
-    let steps = ranged.as_ref().map_or(0, |r| r.steps);
-    // name -> (short name, total ns, launches)
-    let mut by_name: HashMap<StrId, (StrId, i64, usize)> = HashMap::new();
-    let mut by_class: HashMap<KernelClass, (i64, usize)> = HashMap::new();
-    let (mut kernel_ns, mut gemm_ns) = (0i64, 0i64);
-    for &k in kernel_ids {
-        let kernel = &trace.kernels[k];
-        let d = kernel.duration().0;
-        kernel_ns += d;
-        let e = by_name
-            .entry(kernel.name)
-            .or_insert((kernel.short_name, 0, 0));
-        e.1 += d;
-        e.2 += 1;
-        let class = cache.get(trace, kernel.name);
-        let c = by_class.entry(class).or_default();
-        c.0 += d;
-        c.1 += 1;
-        if class == KernelClass::Gemm {
-            gemm_ns += d;
-        }
-    }
-    let (mut memcpy_ns, mut memset_ns) = (0i64, 0i64);
-    for &m in mem_op_ids {
-        let op = &trace.mem_ops[m];
-        match KernelClass::of_mem_op(op.kind) {
-            KernelClass::Memset => memset_ns += op.duration().0,
-            _ => memcpy_ns += op.duration().0,
-        }
-    }
-    let share = |ns: i64| {
-        if kernel_ns > 0 {
-            ns as f64 / kernel_ns as f64
-        } else {
-            0.0
-        }
-    };
-    let mut names: Vec<(StrId, StrId, i64, usize)> = by_name
-        .into_iter()
-        .map(|(n, (short, t, c))| (n, short, t, c))
-        .collect();
-    // Most time first; the name breaks ties so the order never depends on hashing.
-    names.sort_by(|a, b| {
-        b.2.cmp(&a.2)
-            .then_with(|| trace.name(a.0).cmp(trace.name(b.0)))
-    });
-    let mut kernel_share = |&(n, short, t, c): &(StrId, StrId, i64, usize)| KernelShare {
-        name: trace.name(n).to_owned(),
-        short_name: trace.name(short).to_owned(),
-        display_name: display_name(trace.name(n), 80),
-        class: cache.get(trace, n),
-        total_ns: t,
-        share: share(t),
-        instances: c,
-        instances_per_step: ranged.as_ref().and_then(|_| per_step(c as f64, steps)),
-    };
-    let top_kernel = names.first().map(&mut kernel_share);
-    let top_non_gemm: Vec<KernelShare> = names
-        .iter()
-        .map(&mut kernel_share)
-        .filter(|k| k.class != KernelClass::Gemm)
-        .take(top)
-        .collect();
-    let mut classes: Vec<ClassShare> = by_class
-        .into_iter()
-        .map(|(class, (t, c))| ClassShare {
-            class,
-            total_ns: t,
-            share: share(t),
-            instances: c,
-        })
-        .collect();
-    classes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
-    let per = |v: f64| ranged.as_ref().and_then(|_| per_step(v, steps));
-    PhaseProfile {
-        name: name.to_owned(),
-        steps,
-        ranges: ranged.as_ref().map_or(0, |r| r.ranges),
-        wall_ns_per_step: ranged.as_ref().and_then(|r| per(r.wall.as_f64())),
-        gpu_proj_ns_per_step: ranged.as_ref().and_then(|r| per(r.proj.as_f64())),
-        kernel_ns,
-        kernel_ns_per_step: per(kernel_ns as f64),
-        kernels: kernel_ids.len(),
-        gemm_ns,
-        gemm_fraction: (kernel_ns > 0).then(|| gemm_ns as f64 / kernel_ns as f64),
-        memcpy_ns,
-        memset_ns,
-        top_kernel,
-        top_non_gemm,
-        classes,
-        all_ranges: ranged.as_ref().map_or(0, |r| r.all_ranges),
-        all_wall_ns: ranged.as_ref().map_or(0, |r| r.all_wall.0),
-    }
 }
 
 fn attention(

@@ -15,12 +15,22 @@
 //! Steps are the ranges whose name matches a pattern (`step_N` by default). When steps exist, a
 //! phase instance counts only inside a step of its process, so warm-up iterations, whose
 //! `forward`/`backward`/`optimizer` ranges lie outside any `step_N`, are left out of per-step
-//! figures. This module selects ranges and collects their work; it computes no statistics.
+//! figures. A step is a step of one process: two ranks that each ran 3 steps ran 3 steps, not 6.
+//!
+//! GPU work is kernels, memcpys and memsets, and CUDA graph executions traced as a whole
+//! (without their kernels); a graph launched inside a range belongs to it like a kernel. With
+//! node tracing the kernels inside a graph carry the graph launch's correlation id, so they
+//! belong to the range of the launch. Ranges a profiler recorded on the GPU side (Kineto's
+//! `gpu_user_annotation`, the device's view of a CPU annotation of the same name) are never
+//! steps or phase instances: the CPU range they mirror is. PyTorch's `emit_nvtx` labels
+//! (`aten::mm, seq = 45, op_id = 678`) group under their operator name ([`group_name`]). This
+//! module selects ranges and collects their work; it computes no statistics.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use crate::formats::kineto::GPU_ANNOTATION_DOMAIN;
 use crate::model::trace::{Nanos, Range, Trace};
 
 /// Which launch calls a range claims.
@@ -56,11 +66,49 @@ impl std::str::FromStr for Attribution {
     }
 }
 
-/// One piece of GPU work: an index into [`Trace::kernels`] or [`Trace::mem_ops`].
+/// One piece of GPU work: an index into [`Trace::kernels`], [`Trace::mem_ops`] or
+/// [`Trace::graph_execs`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuOp {
     Kernel(usize),
     MemOp(usize),
+    Graph(usize),
+}
+
+/// For each graph execution, whether it is GPU work of its own: true unless the trace also has
+/// the kernels of that launch (node tracing), which then stand for it.
+pub fn untraced_graphs(trace: &Trace) -> Vec<bool> {
+    if trace.graph_execs.is_empty() {
+        return Vec::new();
+    }
+    let traced: HashSet<(u32, u64)> = trace
+        .kernels
+        .iter()
+        .filter(|k| k.graph_node_id.is_some())
+        .map(|k| (k.pid, k.correlation_id))
+        .collect();
+    trace
+        .graph_execs
+        .iter()
+        .map(|g| !traced.contains(&(g.pid, g.correlation_id)))
+        .collect()
+}
+
+/// Whether a range was recorded on the host (every NVTX range; Kineto's CPU annotations), not as
+/// the GPU-side mirror of one (Kineto's `gpu_user_annotation`).
+pub fn is_host_range(trace: &Trace, range: &Range) -> bool {
+    !matches!(range.domain, Some(d) if trace.name(d) == GPU_ANNOTATION_DOMAIN)
+}
+
+/// The name a range groups under: PyTorch's `emit_nvtx` labels without the sequence number, op
+/// id, sizes and input op ids it appends (`aten::mm, seq = 45, op_id = 678` → `aten::mm`), which
+/// differ on every call and mean nothing across runs; any other name as it is.
+pub fn group_name(label: &str) -> &str {
+    const KEYS: [&str; 4] = [", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = "];
+    KEYS.iter()
+        .filter_map(|k| label.find(k))
+        .min()
+        .map_or(label, |i| &label[..i])
 }
 
 /// GPU work indexed by the (process, correlation id) of the call that launched it.
@@ -80,6 +128,12 @@ impl<'a> Launches<'a> {
         }
         for (i, m) in trace.mem_ops.iter().enumerate() {
             by_corr.push(((m.pid, m.correlation_id), GpuOp::MemOp(i)));
+        }
+        let untraced = untraced_graphs(trace);
+        for (i, g) in trace.graph_execs.iter().enumerate() {
+            if untraced[i] {
+                by_corr.push(((g.pid, g.correlation_id), GpuOp::Graph(i)));
+            }
         }
         by_corr.sort_unstable_by_key(|(key, _)| *key);
         Launches {
@@ -139,6 +193,8 @@ pub struct Instance {
     pub kernels: Vec<usize>,
     /// Indices into [`Trace::mem_ops`].
     pub mem_ops: Vec<usize>,
+    /// Indices into [`Trace::graph_execs`]: graph executions traced as a whole.
+    pub graphs: Vec<usize>,
 }
 
 impl Instance {
@@ -146,24 +202,48 @@ impl Instance {
         trace.ranges[self.range].duration()
     }
 
-    /// From the start of the first GPU op to the end of the last one (kernels and memory ops), as
-    /// `nvtx_gpu_proj_sum` projects a range onto the GPU; `None` when the range launched nothing.
+    /// Every GPU op of the instance as (device, start, end).
+    pub fn spans<'t>(&'t self, trace: &'t Trace) -> impl Iterator<Item = (u32, Nanos, Nanos)> + 't {
+        let kernels = self.kernels.iter().map(|&k| {
+            let k = &trace.kernels[k];
+            (k.device, k.start, k.end)
+        });
+        let mem_ops = self.mem_ops.iter().map(|&m| {
+            let m = &trace.mem_ops[m];
+            (m.device, m.start, m.end)
+        });
+        let graphs = self.graphs.iter().map(|&g| {
+            let g = &trace.graph_execs[g];
+            (g.device, g.start, g.end)
+        });
+        kernels.chain(mem_ops).chain(graphs)
+    }
+
+    /// From the start of the first GPU op to the end of the last one (kernels, memory ops and
+    /// graphs), as `nvtx_gpu_proj_sum` projects a range onto the GPU; `None` when the range
+    /// launched nothing.
     pub fn projection(&self, trace: &Trace) -> Option<Nanos> {
-        let spans = self
-            .kernels
-            .iter()
-            .map(|&k| (trace.kernels[k].start, trace.kernels[k].end))
-            .chain(
-                self.mem_ops
-                    .iter()
-                    .map(|&m| (trace.mem_ops[m].start, trace.mem_ops[m].end)),
-            );
         let (mut first, mut last) = (None::<Nanos>, None::<Nanos>);
-        for (s, e) in spans {
+        for (_, s, e) in self.spans(trace) {
             first = Some(first.map_or(s, |f| f.min(s)));
             last = Some(last.map_or(e, |l| l.max(e)));
         }
         Some(last? - first?)
+    }
+
+    /// Per device the instance ran work on, the first start and last end of that work there,
+    /// sorted by device.
+    pub fn windows(&self, trace: &Trace) -> Vec<(u32, Nanos, Nanos)> {
+        let mut by_device: HashMap<u32, (Nanos, Nanos)> = HashMap::new();
+        for (d, s, e) in self.spans(trace) {
+            let w = by_device.entry(d).or_insert((s, e));
+            w.0 = w.0.min(s);
+            w.1 = w.1.max(e);
+        }
+        let mut out: Vec<(u32, Nanos, Nanos)> =
+            by_device.into_iter().map(|(d, (s, e))| (d, s, e)).collect();
+        out.sort_unstable_by_key(|w| w.0);
+        out
     }
 }
 
@@ -172,8 +252,12 @@ impl Instance {
 pub struct Selection {
     /// Sorted by start.
     pub instances: Vec<Instance>,
-    /// Distinct measured steps the instances fall in; without steps, the number of instances.
+    /// Measured steps the instances fall in, per process (the most of any process: a step is a
+    /// step of one process); without steps, the instances of the process with the most.
     pub steps: usize,
+    /// Step ranges the instances fall in, of all processes together; without steps, the number
+    /// of instances. Equal to `steps` in a trace of one process.
+    pub step_ranges: usize,
     /// Every range the filter matched in the trace, warm-up included.
     pub all_ranges: usize,
     pub all_wall: Nanos,
@@ -193,6 +277,10 @@ impl Selection {
             .flat_map(|i| i.mem_ops.iter().copied())
     }
 
+    pub fn graphs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.instances.iter().flat_map(|i| i.graphs.iter().copied())
+    }
+
     pub fn wall(&self, trace: &Trace) -> Nanos {
         self.instances.iter().map(|i| i.wall(trace)).sum()
     }
@@ -205,11 +293,11 @@ impl Selection {
     }
 }
 
-/// The measured steps: ranges accepted by `is_step`, sorted by start (indices into
+/// The measured steps: host ranges accepted by `is_step`, sorted by start (indices into
 /// [`Trace::ranges`]).
 pub fn find_steps(trace: &Trace, is_step: impl Fn(&Range) -> bool) -> Vec<usize> {
     let mut steps: Vec<usize> = (0..trace.ranges.len())
-        .filter(|&i| is_step(&trace.ranges[i]))
+        .filter(|&i| is_step(&trace.ranges[i]) && is_host_range(trace, &trace.ranges[i]))
         .collect();
     steps.sort_by_key(|&i| trace.ranges[i].start);
     steps
@@ -225,10 +313,10 @@ fn containing_step(trace: &Trace, steps: &[usize], range: &Range) -> Option<usiz
     })
 }
 
-/// The instances of the ranges accepted by `matches`, each with the GPU work it launched. With
-/// `steps` non-empty, only instances inside a step count (and the steps are the step ranges that
-/// hold one); with `steps` empty every instance counts and is its own step. A kernel claimed by
-/// an earlier instance (nested ranges of the same name) is not counted again.
+/// The instances of the host ranges accepted by `matches`, each with the GPU work it launched.
+/// With `steps` non-empty, only instances inside a step count (and the steps are the step ranges
+/// that hold one); with `steps` empty every instance counts and is its own step. A kernel claimed
+/// by an earlier instance (nested ranges of the same name) is not counted again.
 pub fn select(
     trace: &Trace,
     launches: &Launches<'_>,
@@ -238,9 +326,10 @@ pub fn select(
     let mut sel = Selection::default();
     let mut kernel_seen = vec![false; trace.kernels.len()];
     let mut mem_seen = vec![false; trace.mem_ops.len()];
+    let mut graph_seen = vec![false; trace.graph_execs.len()];
     let mut step_ids = HashSet::new();
     for (i, range) in trace.ranges.iter().enumerate() {
-        if !matches(range) {
+        if !matches(range) || !is_host_range(trace, range) {
             continue;
         }
         sel.all_ranges += 1;
@@ -258,6 +347,7 @@ pub fn select(
             step,
             kernels: Vec::new(),
             mem_ops: Vec::new(),
+            graphs: Vec::new(),
         };
         launches.for_each_in(range, |op| match op {
             GpuOp::Kernel(k) if !kernel_seen[k] => {
@@ -268,6 +358,10 @@ pub fn select(
                 mem_seen[m] = true;
                 inst.mem_ops.push(m);
             }
+            GpuOp::Graph(g) if !graph_seen[g] => {
+                graph_seen[g] = true;
+                inst.graphs.push(g);
+            }
             _ => {}
         });
         if let Some(s) = step {
@@ -277,10 +371,53 @@ pub fn select(
     }
     sel.instances
         .sort_by_key(|inst| trace.ranges[inst.range].start);
-    sel.steps = if steps.is_empty() {
-        sel.instances.len()
+    if steps.is_empty() {
+        // Every instance is its own step, counted per process.
+        let mut per_process: HashMap<u32, usize> = HashMap::new();
+        for inst in &sel.instances {
+            *per_process.entry(trace.ranges[inst.range].pid).or_default() += 1;
+        }
+        sel.steps = per_process.values().copied().max().unwrap_or(0);
+        sel.step_ranges = sel.instances.len();
     } else {
-        step_ids.len()
-    };
+        let mut per_process: HashMap<u32, usize> = HashMap::new();
+        for &s in &step_ids {
+            *per_process.entry(trace.ranges[steps[s]].pid).or_default() += 1;
+        }
+        sel.steps = per_process.values().copied().max().unwrap_or(0);
+        sel.step_ranges = step_ids.len();
+    }
     sel
+}
+
+/// Steps per process: the most measured steps any one process ran (0 without steps).
+pub fn steps_per_process(trace: &Trace, steps: &[usize]) -> usize {
+    let mut per_process: HashMap<u32, usize> = HashMap::new();
+    for &s in steps {
+        *per_process.entry(trace.ranges[s].pid).or_default() += 1;
+    }
+    per_process.values().copied().max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_name;
+
+    #[test]
+    fn emit_nvtx_labels_group_under_their_operator() {
+        assert_eq!(group_name("aten::mm, op_id = 123"), "aten::mm");
+        assert_eq!(
+            group_name("MmBackward0, seq = 45, op_id = 678"),
+            "MmBackward0"
+        );
+        assert_eq!(group_name("aten::linear, seq = 7"), "aten::linear");
+        assert_eq!(
+            group_name(
+                "aten::addmm, seq = 8, op_id = 9, sizes = [[4], [4, 8]], input_op_ids = [3]"
+            ),
+            "aten::addmm"
+        );
+        assert_eq!(group_name("forward"), "forward");
+        assert_eq!(group_name("a, b = 1"), "a, b = 1");
+    }
 }

@@ -1,6 +1,8 @@
-//! [`Profile::document`]: a profile as tables (phases, top non-GEMM kernels, time by class,
-//! attention), laid out like the tables of a profiling write-up: milliseconds with three
-//! decimals, percentages with one. The JSON view is the serialised [`Profile`] itself.
+//! [`Profile::document`]: a profile as tables (phases with where their GPU time goes, top
+//! non-GEMM kernels, time by class, attention, and per device and process when a trace holds
+//! several), laid out like the tables of a profiling write-up: milliseconds with three decimals,
+//! percentages with one; the longest idle gaps are notes under the phases. The JSON view is the
+//! serialised [`Profile`] itself.
 
 use crate::kernels::class::KernelClass;
 use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
@@ -9,7 +11,7 @@ use crate::render::{Cell, Document, Section, Table};
 use super::{per_step, PhaseProfile, Profile};
 
 impl Profile {
-    /// The profile as tables: phases, top non-GEMM kernels, time by class, attention.
+    /// The profile as tables: phases, top non-GEMM kernels, time by class, attention, devices.
     pub fn document(&self) -> Document {
         let rows: Vec<&PhaseProfile> = self
             .phases
@@ -30,10 +32,16 @@ impl Profile {
             "Top kernel",
             "Top share %",
             "Top calls/step",
+            "Compute %",
+            "Exposed comm %",
+            "Memcpy %",
+            "Memset %",
+            "Graph %",
+            "Idle %",
         ]);
         for p in &rows {
             let top = p.top_kernel.as_ref();
-            phases.push(vec![
+            let mut row = vec![
                 Cell::text(&p.name),
                 if p.steps > 0 {
                     Cell::Int(p.steps as i64)
@@ -52,7 +60,21 @@ impl Profile {
                 top.map_or(Cell::Missing, |t| Cell::text(&t.display_name)),
                 top.map_or(Cell::Missing, |t| pct(t.share)),
                 opt_float(top.and_then(|t| t.instances_per_step), 1),
-            ]);
+            ];
+            let b = &p.breakdown;
+            for part in [
+                b.compute_ns,
+                b.exposed_communication_ns,
+                b.memcpy_ns,
+                b.memset_ns,
+                b.graph_ns,
+                b.idle_ns,
+            ] {
+                row.push(opt_pct(
+                    (b.span_ns > 0).then(|| part as f64 / b.span_ns as f64),
+                ));
+            }
+            phases.push(row);
         }
         let steps_text = if self.measured_steps > 0 {
             format!(
@@ -69,6 +91,24 @@ impl Profile {
             self.attribution.as_str()
         )];
         notes.extend(self.notes.iter().map(|n| format!("note: {n}")));
+        notes.push("Compute % to Idle %: where GPU time goes in each instance's span on each device it ran work on (first GPU op start to last end; the whole trace: each device's first to last op), by what the device was running, by precedence compute ▸ graph ▸ communication ▸ memcpy ▸ memset ▸ idle; they add up to 100%.".to_owned());
+        notes.extend(self.idle_gaps.iter().take(3).map(|g| {
+            let host = match (&g.api_call, &g.range) {
+                (Some(c), Some(r)) => format!("host in {c} (range `{r}`)"),
+                (Some(c), None) => format!("host in {c}"),
+                (None, Some(r)) => format!("host in no CUDA call (range `{r}`)"),
+                (None, None) => "host in no CUDA call".to_owned(),
+            };
+            format!(
+                "idle gap: {:.3} ms on device {}{} at +{:.3} ms; {host}",
+                g.idle_ns as f64 / 1e6,
+                g.device,
+                g.step
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" in {s}")),
+                g.offset_ns as f64 / 1e6,
+            )
+        }));
         let mut sections = vec![Section {
             title: Some(format!(
                 "Phases ({} attribution)",
@@ -163,9 +203,61 @@ impl Profile {
                 )],
             });
         }
+        if self.devices.len() > 1 {
+            sections.push(self.devices_section());
+        }
         Document {
             sections,
             json: serde_json::to_value(self).ok(),
+        }
+    }
+
+    /// One row per process on each device: per-step time and totals, the slowest marked.
+    fn devices_section(&self) -> Section {
+        let mut t = Table::new([
+            "Device",
+            "Process",
+            "Steps",
+            "Kernel/step (ms)",
+            "Compute/step (ms)",
+            "Comm/step (ms)",
+            "Exposed comm/step (ms)",
+            "Idle/step (ms)",
+            "Span/step (ms)",
+            "Kernel total (ms)",
+            "Comm total (ms)",
+            "Graph total (ms)",
+            "Slowest",
+        ]);
+        for d in &self.devices {
+            let s = d.per_step.as_ref();
+            t.push(vec![
+                Cell::Int(i64::from(d.device)),
+                Cell::Int(i64::from(d.process)),
+                Cell::Int(d.steps as i64),
+                opt_ms(s.map(|s| s.kernel_ns)),
+                opt_ms(s.map(|s| s.compute_ns)),
+                opt_ms(s.map(|s| s.communication_ns)),
+                opt_ms(s.map(|s| s.exposed_communication_ns)),
+                opt_ms(s.map(|s| s.idle_ns)),
+                opt_ms(s.map(|s| s.span_ns)),
+                ms(d.kernel_ns as f64),
+                ms(d.communication_ns as f64),
+                ms(d.graph_ns as f64),
+                Cell::text(if d.slowest { "slowest" } else { "" }),
+            ]);
+        }
+        let mut notes = vec!["Per step: means over the process's measured steps, each over the step's span on the device. Totals: every kernel the process ran on the device.".to_owned()];
+        if let Some(d) = self.devices.iter().find(|d| d.slowest) {
+            notes.push(format!(
+                "Slowest: device {} (process {}), the most compute per step; the others wait for it in their collectives, which shows as their communication time.",
+                d.device, d.process
+            ));
+        }
+        Section {
+            title: Some("Per device and process".into()),
+            table: t,
+            notes,
         }
     }
 }

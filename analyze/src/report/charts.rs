@@ -54,6 +54,7 @@ pub fn class_color(c: KernelClass) -> RGBColor {
         KernelClass::Memset => RGBColor(210, 210, 210),
         KernelClass::Communication => RGBColor(23, 190, 207),
         KernelClass::Convolution => RGBColor(227, 119, 194),
+        KernelClass::CudaGraph => RGBColor(23, 100, 140),
         KernelClass::Other => RGBColor(219, 219, 141),
     }
 }

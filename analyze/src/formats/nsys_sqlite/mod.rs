@@ -29,6 +29,8 @@ pub mod table {
     pub const NVTX_EVENTS: &str = "NVTX_EVENTS";
     pub const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
     pub const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
+    /// CUDA graph executions as a whole (nsys's default graph tracing): one row per launch.
+    pub const GRAPH_TRACE: &str = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE";
     pub const TARGET_INFO_GPU: &str = "TARGET_INFO_GPU";
     pub const TARGET_INFO_CUDA_DEVICE: &str = "TARGET_INFO_CUDA_DEVICE";
     pub const TARGET_INFO_CUDA_STREAM: &str = "TARGET_INFO_CUDA_STREAM";
@@ -82,6 +84,8 @@ pub mod column {
     pub const GRID_ID: &str = "gridId";
     pub const SHARED_MEMORY_EXECUTED: &str = "sharedMemoryExecuted";
     pub const GRAPH_NODE_ID: &str = "graphNodeId";
+    pub const GRAPH_ID: &str = "graphId";
+    pub const GRAPH_EXEC_ID: &str = "graphExecId";
     pub const SHARED_MEMORY_LIMIT_CONFIG: &str = "sharedMemoryLimitConfig";
     /// [`super::event_class`].
     pub const EVENT_CLASS: &str = "eventClass";

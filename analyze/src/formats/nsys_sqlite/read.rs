@@ -8,7 +8,10 @@
 //! `StringIds`); both occur in one file, and where a row has both the interned one wins, as in
 //! nsys's reports. Domain names come from the domain-create events of the same process. A range
 //! still open when the capture ended (no `end`) goes to [`Trace::open_ranges`], ending at the
-//! export's last range timestamp, the end nsys's reports give it. `collect`'s own traces
+//! export's last range timestamp, the end nsys's reports give it. CUDA graphs come two ways: with
+//! nsys's default graph tracing each graph launch is one row of `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`
+//! (read into [`Trace::graph_execs`]) and the kernels inside are not traced; with
+//! `--cuda-graph-trace=node` they are, each with its `graphNodeId`. `collect`'s own traces
 //! ([`super::write`]) use this schema plus a `RUN_METADATA (name, value)` table.
 //!
 //! Rows are first read as they are stored (string ids unresolved) and then turned into the model
@@ -28,8 +31,8 @@ use super::{copy_kind, split_global_tid};
 use crate::error::{Error, Result};
 use crate::formats::limits::Limits;
 use crate::model::trace::{
-    ApiCall, ApiKind, Bytes, Gpu, Kernel, Mark, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
-    SourceFormat, StrId, Strings, Trace,
+    ApiCall, ApiKind, Bytes, Gpu, GraphExec, Kernel, Mark, MemOp, MemOpKind, Nanos, Range,
+    RangeStyle, Source, SourceFormat, StrId, Strings, Trace,
 };
 use crate::progress;
 
@@ -288,6 +291,7 @@ struct RawRest {
     api: Vec<ApiCall>,
     nvtx: Vec<RawNvtx>,
     mem_ops: Vec<MemOp>,
+    graph_execs: Vec<GraphExec>,
     gpus: Vec<Gpu>,
     thread_names: Vec<(i64, i64)>,
 }
@@ -301,11 +305,12 @@ fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKerne
     let sql = format!(
         "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
          {DEMANGLED_NAME}, {SHORT_NAME}, {}, {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, \
-         {BLOCK_Z}, {}, {}, {} FROM {KERNEL}",
+         {BLOCK_Z}, {}, {}, {}, {} FROM {KERNEL}",
         schema.opt(KERNEL, MANGLED_NAME),
         schema.opt(KERNEL, REGISTERS_PER_THREAD),
         schema.opt(KERNEL, STATIC_SHARED_MEMORY),
         schema.opt(KERNEL, DYNAMIC_SHARED_MEMORY),
+        schema.opt(KERNEL, GRAPH_NODE_ID),
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
@@ -333,6 +338,7 @@ fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKerne
             registers_per_thread: int(r, 15)? as u32,
             static_shared_memory: int(r, 16)? as u32,
             dynamic_shared_memory: int(r, 17)? as u32,
+            graph_node_id: r.get::<_, Option<i64>>(18)?.map(|n| n as u64),
         });
     }
     Ok(out)
@@ -370,6 +376,7 @@ fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
         api,
         nvtx: read_nvtx(conn, schema)?,
         mem_ops: read_mem_ops(conn, schema)?,
+        graph_execs: read_graph_execs(conn, schema)?,
         gpus: read_gpus(conn, schema)?,
         thread_names: read_thread_names(conn, schema)?,
     })
@@ -492,6 +499,31 @@ fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemO
         }
     }
     Ok(out)
+}
+
+/// Graph executions traced as a whole, when the export has them (default graph tracing).
+fn read_graph_execs(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<GraphExec>> {
+    if !schema.has(GRAPH_TRACE) {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
+         {GRAPH_ID}, {GRAPH_EXEC_ID} FROM {GRAPH_TRACE}"
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([], |r| {
+        Ok(GraphExec {
+            start: Nanos(int(r, 0)?),
+            end: Nanos(int(r, 1)?),
+            device: int(r, 2)? as u32,
+            stream: int(r, 3)? as u32,
+            correlation_id: int(r, 4)? as u64,
+            pid: split_global_tid(int(r, 5)?).0,
+            graph_id: int(r, 6)? as u64,
+            graph_exec_id: int(r, 7)? as u64,
+        })
+    })?;
+    rows.collect()
 }
 
 fn read_gpus(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<Gpu>> {
@@ -661,6 +693,7 @@ fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Tr
     trace.open_ranges = open_ranges;
     trace.marks = marks;
     trace.mem_ops = rest.mem_ops;
+    trace.graph_execs = rest.graph_execs;
     trace.gpus = rest.gpus;
     trace.thread_names = rest
         .thread_names

@@ -1,7 +1,8 @@
 //! The report's sections, built from the loaded runs, one module per topic: `runs` (the run
 //! inventory and the skipped files), `kernels` (forward, backward and step time; top kernel per
 //! pass; top non-GEMM kernel), `gemm` (GEMM fraction of inference against training, kernel
-//! classes), `attention` (softmax against matmul), `memory` (peak memory, forward against
+//! classes), `attention` (softmax against matmul), `gpu_time` (where GPU time goes: compute,
+//! communication, memcpy, idle, per run and per device), `memory` (peak memory, forward against
 //! training and fp32 against autocast) and [`bench`] (bench results). Each section is tables
 //! ([`Table`]) and charts; nothing here computes a figure that the single-file analyses do not
 //! already give.
@@ -13,6 +14,7 @@
 mod attention;
 mod bench;
 mod gemm;
+mod gpu_time;
 mod kernels;
 mod matrix;
 mod memory;
@@ -35,6 +37,7 @@ pub fn build(inputs: &Inputs) -> Report {
         sections.push(kernels::top_non_gemm(&traces));
         sections.push(gemm::gemm_section(&traces, &mut charts));
         sections.push(attention::attention_section(&traces));
+        sections.push(gpu_time::gpu_time_section(&traces));
     }
     if !inputs.snapshots.is_empty() {
         sections.push(memory::memory_section(inputs, &mut charts));

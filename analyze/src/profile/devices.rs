@@ -1,0 +1,291 @@
+//! Figures per device and per process: what each (device, process) pair ran over the whole trace
+//! and per measured step, which rank is the slowest, the CUDA graphs of the trace, and the
+//! `--device`/`--process` filters.
+//!
+//! A pair is a process and a device it ran GPU work on; in a DDP run (one process per GPU) it is
+//! a rank. Its kernel figures are sums of durations over every kernel the process ran on the
+//! device (what SQL grouped by `deviceId` gives); its compute and idle time come from the
+//! device's timeline ([`super::breakdown`]) between the first and last op of the pair, and per
+//! step from the step's span on the device. The slowest rank is the one with the most compute
+//! per measured step (over the whole trace when there are no steps): in a collective every other
+//! rank waits for it, so its partners' time shows up as communication and it does not.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::model::trace::{Nanos, Trace};
+
+use super::breakdown::{Breakdown, Timelines};
+
+/// One process on one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceProfile {
+    pub device: u32,
+    pub process: u32,
+    /// Kernel launches (and graph executions traced as a whole) of the process on the device.
+    pub kernels: usize,
+    /// Summed kernel durations, graph executions traced as a whole included.
+    pub kernel_ns: i64,
+    /// Time a kernel that is not communication ran, between the pair's first and last op.
+    pub compute_ns: i64,
+    /// Summed durations of its communication kernels.
+    pub communication_ns: i64,
+    /// Summed durations of its graph executions traced as a whole.
+    pub graph_ns: i64,
+    /// Time the device ran nothing, between the pair's first and last op.
+    pub idle_ns: i64,
+    /// From the pair's first op's start to its last op's end.
+    pub span_ns: i64,
+    /// Measured steps of the process that ran work on the device.
+    pub steps: usize,
+    /// Means per measured step, over the step's span on the device; `None` without steps.
+    pub per_step: Option<StepFigures>,
+    /// The rank the others wait for: the most compute per step (set only when the trace holds
+    /// more than one pair).
+    pub slowest: bool,
+}
+
+/// Means over a pair's measured steps.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct StepFigures {
+    pub kernel_ns: f64,
+    pub compute_ns: f64,
+    pub communication_ns: f64,
+    pub exposed_communication_ns: f64,
+    pub idle_ns: f64,
+    pub span_ns: f64,
+}
+
+/// One measured step on one device: the span of the work the step launched there, and what the
+/// device did during it.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepBreakdown {
+    /// The step range's name (`step_0`, `ProfilerStep#2`).
+    pub step: String,
+    pub process: u32,
+    pub device: u32,
+    /// Where the step's span on the device starts (the first op it launched there).
+    pub start_ns: i64,
+    /// Kernels the step launched on the device (a graph execution traced as a whole counts as
+    /// one), and their summed durations.
+    pub kernels: usize,
+    pub kernel_ns: i64,
+    pub breakdown: Breakdown,
+}
+
+/// The CUDA graphs of a trace.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GraphSummary {
+    /// Graph launches seen: graph executions traced as a whole, and launches whose kernels were
+    /// traced node by node.
+    pub launches: usize,
+    /// Graph executions traced as a whole, without per-kernel detail.
+    pub untraced_launches: usize,
+    /// Their summed durations.
+    pub graph_ns: i64,
+}
+
+/// The graphs of `trace`; `untraced[g]` says whether graph execution `g` is work of its own.
+pub fn graph_summary(trace: &Trace, untraced: &[bool]) -> GraphSummary {
+    let mut launches: HashSet<(u32, u64)> = trace
+        .kernels
+        .iter()
+        .filter(|k| k.graph_node_id.is_some())
+        .map(|k| (k.pid, k.correlation_id))
+        .collect();
+    let mut s = GraphSummary::default();
+    for (i, g) in trace.graph_execs.iter().enumerate() {
+        launches.insert((g.pid, g.correlation_id));
+        if untraced[i] {
+            s.untraced_launches += 1;
+            s.graph_ns = s.graph_ns.saturating_add(g.duration().0);
+        }
+    }
+    s.launches = launches.len();
+    s
+}
+
+/// Accumulates one pair's ops.
+#[derive(Default)]
+struct Pair {
+    kernels: usize,
+    kernel_ns: i64,
+    communication_ns: i64,
+    graph_ns: i64,
+    first: Option<Nanos>,
+    last: Option<Nanos>,
+}
+
+impl Pair {
+    fn cover(&mut self, start: Nanos, end: Nanos) {
+        self.first = Some(self.first.map_or(start, |f| f.min(start)));
+        self.last = Some(self.last.map_or(end, |l| l.max(end)));
+    }
+}
+
+/// Every (device, process) pair of `trace`, sorted by device then process, with `steps` (the
+/// per-step breakdowns) folded in and the slowest pair marked.
+pub fn device_profiles(
+    trace: &Trace,
+    timelines: &Timelines,
+    communication: &[bool],
+    untraced: &[bool],
+    steps: &[StepBreakdown],
+) -> Vec<DeviceProfile> {
+    let mut pairs: BTreeMap<(u32, u32), Pair> = BTreeMap::new();
+    for (i, k) in trace.kernels.iter().enumerate() {
+        let p = pairs.entry((k.device, k.pid)).or_default();
+        let d = k.duration().0;
+        p.kernels += 1;
+        p.kernel_ns = p.kernel_ns.saturating_add(d);
+        if communication.get(i).copied().unwrap_or(false) {
+            p.communication_ns = p.communication_ns.saturating_add(d);
+        }
+        p.cover(k.start, k.end);
+    }
+    for m in &trace.mem_ops {
+        pairs
+            .entry((m.device, m.pid))
+            .or_default()
+            .cover(m.start, m.end);
+    }
+    for (i, g) in trace.graph_execs.iter().enumerate() {
+        if !untraced[i] {
+            continue;
+        }
+        let p = pairs.entry((g.device, g.pid)).or_default();
+        p.kernels += 1;
+        p.kernel_ns = p.kernel_ns.saturating_add(g.duration().0);
+        p.graph_ns = p.graph_ns.saturating_add(g.duration().0);
+        p.cover(g.start, g.end);
+    }
+    let mut out: Vec<DeviceProfile> = pairs
+        .into_iter()
+        .map(|((device, process), p)| {
+            let (first, last) = (p.first.unwrap_or_default(), p.last.unwrap_or_default());
+            let whole = timelines.breakdown(device, first, last);
+            let mine: Vec<&StepBreakdown> = steps
+                .iter()
+                .filter(|s| s.device == device && s.process == process)
+                .collect();
+            let n = mine.len();
+            let mean = |f: &dyn Fn(&StepBreakdown) -> i64| {
+                mine.iter().map(|s| f(s) as f64).sum::<f64>() / n as f64
+            };
+            let per_step = (n > 0).then(|| StepFigures {
+                kernel_ns: mean(&|s| s.kernel_ns),
+                compute_ns: mean(&|s| s.breakdown.compute_ns),
+                communication_ns: mean(&|s| s.breakdown.communication_ns),
+                exposed_communication_ns: mean(&|s| s.breakdown.exposed_communication_ns),
+                idle_ns: mean(&|s| s.breakdown.idle_ns),
+                span_ns: mean(&|s| s.breakdown.span_ns),
+            });
+            DeviceProfile {
+                device,
+                process,
+                kernels: p.kernels,
+                kernel_ns: p.kernel_ns,
+                compute_ns: whole.compute_ns,
+                communication_ns: p.communication_ns,
+                graph_ns: p.graph_ns,
+                idle_ns: whole.idle_ns,
+                span_ns: whole.span_ns,
+                steps: n,
+                per_step,
+                slowest: false,
+            }
+        })
+        .collect();
+    if out.len() > 1 {
+        let per_step = out.iter().all(|d| d.per_step.is_some());
+        let compute = |d: &DeviceProfile| match (&d.per_step, per_step) {
+            (Some(s), true) => s.compute_ns,
+            _ => d.compute_ns as f64,
+        };
+        let slowest = (0..out.len()).fold(0, |best, i| {
+            if compute(&out[i]) > compute(&out[best]) {
+                i
+            } else {
+                best
+            }
+        });
+        out[slowest].slowest = true;
+    }
+    out
+}
+
+/// `trace` with only the GPU work of `device` and of process `process` (and, for a device, only
+/// the host activity of the processes that ran work on it); the trace itself when neither is
+/// given.
+pub fn restrict(trace: &Trace, device: Option<u32>, process: Option<u32>) -> Cow<'_, Trace> {
+    if device.is_none() && process.is_none() {
+        return Cow::Borrowed(trace);
+    }
+    let keep_op = |d: u32, p: u32| device.is_none_or(|x| x == d) && process.is_none_or(|x| x == p);
+    let mut t = trace.clone();
+    t.kernels.retain(|k| keep_op(k.device, k.pid));
+    t.mem_ops.retain(|m| keep_op(m.device, m.pid));
+    t.graph_execs.retain(|g| keep_op(g.device, g.pid));
+    let processes: HashSet<u32> = t
+        .kernels
+        .iter()
+        .map(|k| k.pid)
+        .chain(t.mem_ops.iter().map(|m| m.pid))
+        .chain(t.graph_execs.iter().map(|g| g.pid))
+        .collect();
+    let keep_host =
+        |p: u32| process.is_none_or(|x| x == p) && (device.is_none() || processes.contains(&p));
+    t.api_calls.retain(|c| keep_host(c.pid));
+    t.ranges.retain(|r| keep_host(r.pid));
+    t.open_ranges.retain(|r| keep_host(r.pid));
+    t.marks.retain(|m| keep_host(m.pid));
+    Cow::Owned(t)
+}
+
+/// Fail with one line naming what the trace has when `device` or `process` selects no GPU work.
+pub fn check_filters(trace: &Trace, device: Option<u32>, process: Option<u32>) -> Result<()> {
+    let list = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        v.dedup();
+        v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    };
+    let ops = || {
+        trace
+            .kernels
+            .iter()
+            .map(|k| (k.device, k.pid))
+            .chain(trace.mem_ops.iter().map(|m| (m.device, m.pid)))
+            .chain(trace.graph_execs.iter().map(|g| (g.device, g.pid)))
+    };
+    let fail = |message: String| {
+        Err(Error::NothingToProfile {
+            path: trace.source.path.clone(),
+            message,
+        })
+    };
+    if let Some(d) = device {
+        if !ops().any(|(x, _)| x == d) {
+            return fail(format!(
+                "no GPU work on device {d} (devices in this trace: {})",
+                list(ops().map(|o| o.0).collect())
+            ));
+        }
+    }
+    if let Some(p) = process {
+        if !ops().any(|(_, x)| x == p) {
+            return fail(format!(
+                "no GPU work of process {p} (processes with GPU work: {})",
+                list(ops().map(|o| o.1).collect())
+            ));
+        }
+    }
+    if let (Some(d), Some(p)) = (device, process) {
+        if !ops().any(|o| o == (d, p)) {
+            return fail(format!("process {p} ran no GPU work on device {d}"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! The sums behind every row of a profile: a phase's (or the measured steps', or the whole
+//! trace's) kernel time by kernel and by class, its GEMM share, memory operations and breakdown,
+//! and each measured step's work on each device. The work to sum comes from [`super::ranges`];
+//! nothing here selects ranges.
+
+use std::collections::HashMap;
+
+use crate::kernels::class::KernelClass;
+use crate::kernels::label::display_name;
+use crate::model::trace::{Nanos, StrId, Trace};
+
+use super::breakdown::{Breakdown, Timelines};
+use super::devices::StepBreakdown;
+use super::ranges::Selection;
+use super::{ClassCache, ClassShare, KernelShare, PhaseProfile};
+
+/// What every summary reads besides its own work.
+pub(super) struct Context<'a> {
+    pub(super) trace: &'a Trace,
+    pub(super) timelines: &'a Timelines,
+    pub(super) top: usize,
+}
+
+/// Each step instance on each device it ran work on.
+pub(super) fn step_breakdowns(
+    trace: &Trace,
+    timelines: &Timelines,
+    sel: &Selection,
+) -> Vec<StepBreakdown> {
+    let mut out = Vec::new();
+    for inst in &sel.instances {
+        let range = &trace.ranges[inst.range];
+        for (device, start, end) in inst.windows(trace) {
+            let kernels = inst
+                .kernels
+                .iter()
+                .map(|&k| &trace.kernels[k])
+                .filter(|k| k.device == device)
+                .map(|k| k.duration().0);
+            let graphs = inst
+                .graphs
+                .iter()
+                .map(|&g| &trace.graph_execs[g])
+                .filter(|g| g.device == device)
+                .map(|g| g.duration().0);
+            let durations: Vec<i64> = kernels.chain(graphs).collect();
+            out.push(StepBreakdown {
+                step: trace.name(range.name).to_owned(),
+                process: range.pid,
+                device,
+                start_ns: start.0,
+                kernels: durations.len(),
+                kernel_ns: durations.iter().fold(0i64, |a, &d| a.saturating_add(d)),
+                breakdown: timelines.breakdown(device, start, end),
+            });
+        }
+    }
+    out
+}
+
+pub(super) fn per_step(v: f64, steps: usize) -> Option<f64> {
+    (steps > 0).then(|| v / steps as f64)
+}
+
+/// Range figures of a phase: absent for the whole-trace row.
+pub(super) struct Ranged {
+    /// Steps per process.
+    steps: usize,
+    /// Step ranges of all processes: wall and projected time per step are means over them.
+    step_ranges: usize,
+    ranges: usize,
+    wall: Nanos,
+    proj: Nanos,
+    all_ranges: usize,
+    all_wall: Nanos,
+}
+
+/// The GPU work a summary covers: indices into the trace's kernels, memory ops and graph
+/// executions.
+pub(super) struct Work<'a> {
+    pub(super) kernels: &'a [usize],
+    pub(super) mem_ops: &'a [usize],
+    pub(super) graphs: &'a [usize],
+}
+
+pub(super) fn summarize_selection(
+    ctx: &Context<'_>,
+    cache: &mut ClassCache<'_>,
+    name: &str,
+    sel: &Selection,
+) -> PhaseProfile {
+    let trace = ctx.trace;
+    let kernels: Vec<usize> = sel.kernels().collect();
+    let mem_ops: Vec<usize> = sel.mem_ops().collect();
+    let graphs: Vec<usize> = sel.graphs().collect();
+    let ranged = Ranged {
+        steps: sel.steps,
+        step_ranges: sel.step_ranges,
+        ranges: sel.instances.len(),
+        wall: sel.wall(trace),
+        proj: sel.projection(trace),
+        all_ranges: sel.all_ranges,
+        all_wall: sel.all_wall,
+    };
+    let mut breakdown = Breakdown::default();
+    for inst in &sel.instances {
+        for (device, start, end) in inst.windows(trace) {
+            breakdown.add(&ctx.timelines.breakdown(device, start, end));
+        }
+    }
+    let work = Work {
+        kernels: &kernels,
+        mem_ops: &mem_ops,
+        graphs: &graphs,
+    };
+    summarize(ctx, cache, name, work, Some(ranged), breakdown)
+}
+
+/// What a kernel row groups: a kernel name, or a graph traced as a whole.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Item {
+    Kernel(StrId),
+    Graph(u64),
+}
+
+pub(super) fn summarize(
+    ctx: &Context<'_>,
+    cache: &mut ClassCache<'_>,
+    name: &str,
+    work: Work<'_>,
+    ranged: Option<Ranged>,
+    breakdown: Breakdown,
+) -> PhaseProfile {
+    let trace = ctx.trace;
+    let steps = ranged.as_ref().map_or(0, |r| r.steps);
+    // item -> (name, short name, class, total ns, launches)
+    let mut by_item: HashMap<Item, (String, String, KernelClass, i64, usize)> = HashMap::new();
+    let mut by_class: HashMap<KernelClass, (i64, usize)> = HashMap::new();
+    let (mut kernel_ns, mut gemm_ns) = (0i64, 0i64);
+    let kernels = work.kernels.iter().map(|&k| {
+        let k = &trace.kernels[k];
+        (Item::Kernel(k.name), k.short_name, k.duration().0)
+    });
+    let graphs = work.graphs.iter().map(|&g| {
+        let g = &trace.graph_execs[g];
+        (Item::Graph(g.graph_id), StrId(0), g.duration().0)
+    });
+    // Sums saturate: a damaged file's extreme times give extreme figures, never an overflow.
+    for (item, short, d) in kernels.chain(graphs) {
+        kernel_ns = kernel_ns.saturating_add(d);
+        let e = by_item.entry(item).or_insert_with(|| match item {
+            Item::Kernel(n) => (
+                trace.name(n).to_owned(),
+                trace.name(short).to_owned(),
+                cache.get(trace, n),
+                0,
+                0,
+            ),
+            Item::Graph(id) => {
+                let label = format!("[CUDA graph {id}]");
+                (label.clone(), label, KernelClass::CudaGraph, 0, 0)
+            }
+        });
+        e.3 = e.3.saturating_add(d);
+        e.4 += 1;
+        let class = e.2;
+        let c = by_class.entry(class).or_default();
+        c.0 = c.0.saturating_add(d);
+        c.1 += 1;
+        if class == KernelClass::Gemm {
+            gemm_ns = gemm_ns.saturating_add(d);
+        }
+    }
+    let launches = work.kernels.len() + work.graphs.len();
+    let (mut memcpy_ns, mut memset_ns) = (0i64, 0i64);
+    for &m in work.mem_ops {
+        let op = &trace.mem_ops[m];
+        match KernelClass::of_mem_op(op.kind) {
+            KernelClass::Memset => memset_ns = memset_ns.saturating_add(op.duration().0),
+            _ => memcpy_ns = memcpy_ns.saturating_add(op.duration().0),
+        }
+    }
+    let share = |ns: i64| {
+        if kernel_ns > 0 {
+            ns as f64 / kernel_ns as f64
+        } else {
+            0.0
+        }
+    };
+    let mut names: Vec<(String, String, KernelClass, i64, usize)> = by_item.into_values().collect();
+    // Most time first; the name breaks ties so the order never depends on hashing.
+    names.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.0.cmp(&b.0)));
+    let kernel_share =
+        |(n, short, class, t, c): &(String, String, KernelClass, i64, usize)| KernelShare {
+            name: n.clone(),
+            short_name: short.clone(),
+            display_name: display_name(n, 80),
+            class: *class,
+            total_ns: *t,
+            share: share(*t),
+            instances: *c,
+            instances_per_step: ranged.as_ref().and_then(|_| per_step(*c as f64, steps)),
+        };
+    let top_kernel = names.first().map(kernel_share);
+    let top_non_gemm: Vec<KernelShare> = names
+        .iter()
+        .filter(|k| k.2 != KernelClass::Gemm)
+        .take(ctx.top)
+        .map(kernel_share)
+        .collect();
+    let mut classes: Vec<ClassShare> = by_class
+        .into_iter()
+        .map(|(class, (t, c))| ClassShare {
+            class,
+            total_ns: t,
+            share: share(t),
+            instances: c,
+        })
+        .collect();
+    classes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+    let per = |v: f64| ranged.as_ref().and_then(|_| per_step(v, steps));
+    let per_range = |v: f64| ranged.as_ref().and_then(|r| per_step(v, r.step_ranges));
+    PhaseProfile {
+        name: name.to_owned(),
+        steps,
+        ranges: ranged.as_ref().map_or(0, |r| r.ranges),
+        wall_ns_per_step: ranged.as_ref().and_then(|r| per_range(r.wall.as_f64())),
+        gpu_proj_ns_per_step: ranged.as_ref().and_then(|r| per_range(r.proj.as_f64())),
+        kernel_ns,
+        kernel_ns_per_step: per(kernel_ns as f64),
+        kernels: launches,
+        gemm_ns,
+        gemm_fraction: (kernel_ns > 0).then(|| gemm_ns as f64 / kernel_ns as f64),
+        memcpy_ns,
+        memset_ns,
+        top_kernel,
+        top_non_gemm,
+        classes,
+        all_ranges: ranged.as_ref().map_or(0, |r| r.all_ranges),
+        all_wall_ns: ranged.as_ref().map_or(0, |r| r.all_wall.0),
+        breakdown,
+    }
+}
