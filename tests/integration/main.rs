@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod breakdown;
 mod caching_allocator;
 mod cli_bad_input;
 mod cli_limits;
@@ -18,12 +19,16 @@ mod collect_fixtures;
 mod collect_plan;
 mod collect_writers;
 mod compare;
+mod cuda_graphs;
+mod ddp;
+mod emit_nvtx;
 mod formats;
 mod fuzz_engine;
 mod fuzz_gzip;
 mod fuzz_kineto;
 mod fuzz_nsys;
 mod fuzz_pickle;
+mod kernel_classes;
 mod kineto;
 mod memory_cli;
 mod memory_peaks;
@@ -32,6 +37,7 @@ mod nsys_ingest;
 mod nsys_public;
 mod nsys_stats_golden;
 mod profile;
+mod profiler_steps;
 mod report;
 
 /// Every `.rs` file beside this one is declared above.

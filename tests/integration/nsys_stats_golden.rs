@@ -4,7 +4,9 @@
 //! medians, standard deviations and percentages to the printed precision.
 //!
 //! The five small exports and their CSVs are in `fixtures/nsys/`; the 137k-kernel export is read
-//! from the shared fixtures beside the checkout when they are there.
+//! from the shared fixtures beside the checkout when they are there. The captures of
+//! `fixtures/captures/` (CUDA graphs traced both ways, two processes on two GPUs) are checked for
+//! the four reports their CSVs hold.
 
 use crate::common;
 
@@ -25,11 +27,23 @@ const REPORTS: &[(&str, &str)] = &[
     ("nvtx_gpu_proj_sum", "nvtx_gpu_proj_sum"),
 ];
 
+/// The reports kept for the captures.
+const CAPTURE_REPORTS: &[(&str, &str)] = &[
+    ("cuda_gpu_kern_sum", "cuda_gpu_kern_sum"),
+    ("cuda_api_sum", "cuda_api_sum"),
+    ("nvtx_sum", "nvtx_sum"),
+    ("nvtx_kern_sum", "nvtx_kern_sum"),
+];
+
 /// Compute every report for `export` and compare each with `<stats_dir>/<stem>_<report>.csv`.
 fn check(export: &Path, stats_dir: &Path, stem: &str) {
+    check_reports(export, stats_dir, stem, REPORTS);
+}
+
+fn check_reports(export: &Path, stats_dir: &Path, stem: &str, reports: &[(&str, &str)]) {
     let trace = analyze::formats::load_trace(export).unwrap();
     let mut failures = Vec::new();
-    for (name, suffix) in REPORTS {
+    for (name, suffix) in reports {
         let golden_path = stats_dir.join(format!("{stem}_{suffix}.csv"));
         let golden = std::fs::read_to_string(&golden_path)
             .unwrap_or_else(|e| panic!("{}: {e}", golden_path.display()));
@@ -45,7 +59,7 @@ fn check(export: &Path, stats_dir: &Path, stem: &str) {
         "{}: {} of {} reports differ from nsys:\n{}",
         export.display(),
         failures.len(),
-        REPORTS.len(),
+        reports.len(),
         failures.join("\n")
     );
 }
@@ -107,4 +121,31 @@ fn torch_small_ctx128_train_fp32_60steps() {
     };
     let stem = "torch_small_ctx128_train_fp32_60steps";
     check(&dir.join(format!("{stem}.sqlite.gz")), &dir, stem);
+}
+
+fn check_capture(stem: &str) {
+    check_reports(
+        &common::fixture(&format!("captures/{stem}.sqlite.gz")),
+        &common::fixture("captures/stats"),
+        stem,
+        CAPTURE_REPORTS,
+    );
+}
+
+/// Default graph tracing: graph executions are not kernels to nsys's reports either.
+#[test]
+fn torch_graphs_graph_small_l4_ctx128_train_fp32() {
+    check_capture("torch_graphs_graph_small_l4_ctx128_train_fp32");
+}
+
+/// Node tracing: the kernels inside graphs, launched by `cudaGraphLaunch`.
+#[test]
+fn torch_graphs_node_small_l4_ctx128_train_fp32() {
+    check_capture("torch_graphs_node_small_l4_ctx128_train_fp32");
+}
+
+/// Two processes on two GPUs in one export.
+#[test]
+fn torch_ddp2_small_l4_ctx128_train_fp32() {
+    check_capture("torch_ddp2_small_l4_ctx128_train_fp32");
 }
