@@ -34,6 +34,12 @@ enum Command {
     Numerics(NumericsArgs),
     /// Time the attention core alone (naive and FlashAttention-2) over head widths, sequence
     /// lengths and precisions: forward, backward, memory before the backward, peak.
+    ///
+    /// The default grid is the CS336 `pytorch_attention` grid as the PyTorch reference measured
+    /// it, so rows compare: batch 8, no head dimension (heads 1), d 16,32,64,128, seq
+    /// 256,1024,4096,8192,16384, fp32, with a causal mask, 100 forward then 100 backward passes
+    /// after warm-up, each synchronised. A preset sets the whole grid; flags beside it override
+    /// it. A phase stops after --max-seconds of passes once 5 have run.
     Attention(AttentionArgs),
     /// The assignment's mixed-precision experiments: accumulation, the ToyModel under autocast,
     /// LayerNorm in fp16 and bf16.
@@ -192,9 +198,7 @@ enum PrecisionExperiment {
     All,
 }
 
-/// Defaults are the CS336 `pytorch_attention` grid as the PyTorch reference measured it: batch 8,
-/// no head dimension (heads 1), d 16,32,64,128, seq 256..16384, fp32, causal mask, 100 forward
-/// and 100 backward passes. A preset sets the whole grid; flags given beside it override it.
+/// The grid and timing of `collect attention` (see its help).
 #[derive(Args)]
 struct AttentionArgs {
     /// pytorch-attention (the default grid), flash-benchmarking (batch 1, causal, seq 128..65536,

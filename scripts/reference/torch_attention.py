@@ -20,7 +20,8 @@ standard normal, requires_grad); warm-up passes (forward and backward); timed fo
 then backward passes, each after an untimed forward, with the memory in use before it; every pass
 timed by time.perf_counter around the call and a torch.cuda.synchronize(). A phase stops once
 its passes have taken --max-seconds, after at least 5. Memory is torch.cuda.memory_allocated()
-and max_memory_allocated() beyond what was in use before Q, K, V (so dO is not counted); the
+and max_memory_allocated() beyond what was in use before Q, K, V (so dO is not counted, nor the
+cuBLAS workspaces, made by a small pass of each implementation before the first row); the
 gradients of Q, K, V are dropped after every backward. TF32 is off (collect's fp32 GEMMs are
 true FP32). TFLOP/s: forward 4 * batch * heads * seq^2 * d, halved when causal; backward 2.5 x.
 
@@ -210,6 +211,14 @@ def main():
     unknown = [i for i in impls if i not in fns]
     if unknown:
         sys.exit(f"error: unknown implementation {unknown[0]} (expected {', '.join(fns)})")
+    # cuBLAS and cuBLASLt take their workspaces from the caching allocator at their first use,
+    # and keep them: make them now, so that no row counts them.
+    for precision in grid["precision"]:
+        x = torch.randn((1, 1, 64, 64), device="cuda", dtype=DTYPES[precision], requires_grad=True)
+        for impl in impls:
+            fns[impl](x, x, x, causal).sum().backward()
+        del x
+    torch.cuda.synchronize()
     rows, start = [], time.perf_counter()
     for precision in grid["precision"]:
         for d in grid["d"]:

@@ -74,38 +74,47 @@ pub fn compile_target(file: &str, cc: (i32, i32)) -> Option<String> {
     Some(format!("sm_{}{}", cc.0, cc.1))
 }
 
-/// Compile every kernel file built for compute capability `cc` to PTX. Needs NVRTC, not a GPU.
+/// Compile every kernel file built for compute capability `cc` to PTX, the files side by side
+/// on threads of their own (the FlashAttention files take seconds each). Needs NVRTC, not a GPU.
 pub fn compile_all(cc: (i32, i32)) -> Result<Vec<(&'static str, Ptx)>> {
     if !nvrtc_available() {
         return Err(Error::MissingLibrary {
             library: "libnvrtc",
         });
     }
-    SOURCES
-        .iter()
-        .filter_map(|&(file, src)| compile_target(file, cc).map(|arch| (file, src, arch)))
-        .map(|(file, src, arch)| {
-            let headers = if uses_tensor_cores(file) {
-                format!("{COMMON}\n{TENSOR_CORE}")
-            } else {
-                COMMON.to_owned()
-            };
-            let text = format!("{headers}\n#line 1 \"{file}\"\n{src}");
-            let opts = CompileOptions {
-                options: vec![
-                    format!("--gpu-architecture={arch}"),
-                    "--std=c++17".to_owned(),
-                ],
-                ..Default::default()
-            };
-            nvrtc::compile_ptx_with_opts(text, opts)
-                .map(|ptx| (file, ptx))
-                .map_err(|e| Error::Nvrtc {
-                    file,
-                    log: compile_log(e),
-                })
+    std::thread::scope(|scope| {
+        let jobs: Vec<_> = SOURCES
+            .iter()
+            .filter_map(|&(file, src)| compile_target(file, cc).map(|arch| (file, src, arch)))
+            .map(|(file, src, arch)| scope.spawn(move || compile_one(file, src, &arch)))
+            .collect();
+        jobs.into_iter()
+            .map(|job| job.join().expect("an NVRTC compile does not panic"))
+            .collect()
+    })
+}
+
+/// `file` (its text `src`) compiled for `arch` with the headers it needs in front.
+fn compile_one(file: &'static str, src: &str, arch: &str) -> Result<(&'static str, Ptx)> {
+    let headers = if uses_tensor_cores(file) {
+        format!("{COMMON}\n{TENSOR_CORE}")
+    } else {
+        COMMON.to_owned()
+    };
+    let text = format!("{headers}\n#line 1 \"{file}\"\n{src}");
+    let opts = CompileOptions {
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            "--std=c++17".to_owned(),
+        ],
+        ..Default::default()
+    };
+    nvrtc::compile_ptx_with_opts(text, opts)
+        .map(|ptx| (file, ptx))
+        .map_err(|e| Error::Nvrtc {
+            file,
+            log: compile_log(e),
         })
-        .collect()
 }
 
 fn compile_log(e: nvrtc::CompileError) -> String {
