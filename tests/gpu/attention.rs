@@ -102,6 +102,22 @@ const NAMES: [&str; 4] = ["output", "dq", "dk", "dv"];
 #[test]
 fn both_implementations_match_the_f64_reference_and_each_other() {
     let Some(rt) = runtime() else { return };
+    check_against_the_reference(&rt);
+}
+
+/// On Hopper the flash path runs the `*_sm90` kernels where it has them: the portable kernels
+/// they replace are checked too.
+#[test]
+fn the_portable_flash_kernels_match_the_reference_on_hopper_too() {
+    let Some(mut rt) = runtime() else { return };
+    if rt.kernels.drop_hopper_kernels() == 0 {
+        eprintln!("skipped: this device runs the portable FlashAttention kernels already");
+        return;
+    }
+    check_against_the_reference(&rt);
+}
+
+fn check_against_the_reference(rt: &Runtime) {
     let (batch, heads) = (1, 2);
     let mut worst = Vec::new();
     for precision in [Precision::Fp32, Precision::Bf16] {
@@ -126,7 +142,7 @@ fn both_implementations_match_the_f64_reference_and_each_other() {
                     let mut inputs = Vec::new();
                     let mut exact = Vec::new();
                     for i in 0..4 {
-                        let (b, e) = upload(&rt, act, &splitmix_values(n, seed * 4 + i));
+                        let (b, e) = upload(rt, act, &splitmix_values(n, seed * 4 + i));
                         inputs.push(b);
                         exact.push(e);
                     }
@@ -151,7 +167,7 @@ fn both_implementations_match_the_f64_reference_and_each_other() {
                         if attention == Attention::Naive && !causal {
                             continue;
                         }
-                        let got = run_core(&rt, attention, act, shape, causal, &inputs);
+                        let got = run_core(rt, attention, act, shape, causal, &inputs);
                         for (i, name) in NAMES.iter().enumerate() {
                             let err = rel(&got.0[i], &expected[i]);
                             let tol = if i == 0 { out_tol } else { grad_tol };

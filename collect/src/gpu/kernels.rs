@@ -29,7 +29,7 @@ const COMMON: &str = kernel_source!("common.cuh");
 const TENSOR_CORE: &str = kernel_source!("tensor_core.cuh");
 
 /// (file name, source) of every kernel file.
-pub const SOURCES: [(&str, &str); 10] = [
+pub const SOURCES: [(&str, &str); 12] = [
     ("init.cu", kernel_source!("init.cu")),
     ("embedding.cu", kernel_source!("embedding.cu")),
     ("rmsnorm.cu", kernel_source!("rmsnorm.cu")),
@@ -44,6 +44,14 @@ pub const SOURCES: [(&str, &str); 10] = [
     (
         "flash_attention_bwd.cu",
         kernel_source!("flash_attention_bwd.cu"),
+    ),
+    (
+        "flash_attention_fwd_sm90.cu",
+        kernel_source!("flash_attention_fwd_sm90.cu"),
+    ),
+    (
+        "flash_attention_bwd_sm90.cu",
+        kernel_source!("flash_attention_bwd_sm90.cu"),
     ),
     ("precision.cu", kernel_source!("precision.cu")),
 ];
@@ -160,6 +168,14 @@ impl Kernels {
     /// Whether `name` was compiled and loaded (a Hopper-only kernel is not, elsewhere).
     pub fn has(&self, name: &str) -> bool {
         self.functions.contains_key(name)
+    }
+
+    /// Unload the Hopper-only kernels (those of the `*_sm90.cu` files), so that the launches fall
+    /// back to the portable ones; returns how many there were.
+    pub fn drop_hopper_kernels(&mut self) -> usize {
+        let before = self.functions.len();
+        self.functions.retain(|name, _| !name.contains("_sm90_"));
+        before - self.functions.len()
     }
 
     pub fn get(&self, name: &str) -> Result<&CudaFunction> {

@@ -308,6 +308,21 @@ impl Runtime {
         })
     }
 
+    /// The launch of `hopper` where the table has one and its kernel was built for this device,
+    /// else that of `family`.
+    fn flash_kernel(
+        &self,
+        hopper: FlashFamily,
+        family: FlashFamily,
+        act: DType,
+        d: usize,
+    ) -> Result<&'static FlashLaunch> {
+        match flash::launch(hopper, act, d) {
+            Some(l) if self.kernels.has(l.name) => Ok(l),
+            _ => self.flash_launch(family, act, d),
+        }
+    }
+
     /// FlashAttention-2 forward: `o = softmax(scale * q kᵀ [causal]) v` and `lse`, the
     /// logsumexp of each row's scaled scores (fp32 `[BH, T]`), for `q`, `k`, `v`, `o` head-major
     /// `[BH, T, d]` in the activation type, `d` a kernel width. Hopper's own kernel is used where
@@ -325,10 +340,7 @@ impl Runtime {
         scale: f32,
         causal: bool,
     ) -> Result<()> {
-        let l = match flash::launch(FlashFamily::ForwardSm90, act, s.d) {
-            Some(l) if self.kernels.has(l.name) => l,
-            _ => self.flash_launch(FlashFamily::Forward, act, s.d)?,
-        };
+        let l = self.flash_kernel(FlashFamily::ForwardSm90, FlashFamily::Forward, act, s.d)?;
         launch!(self, l.name, s.grid(l, false), (l.block, 1, 1), l.smem;
             q, k, v, o, lse, s.seq as i32, scale, i32::from(causal));
         Ok(())
@@ -353,7 +365,7 @@ impl Runtime {
         let pre = self.flash_launch(FlashFamily::Preprocess, act, s.d)?;
         launch!(self, pre.name, s.grid(pre, true), (pre.block, 1, 1), pre.smem;
             io.o, io.dout, io.delta, s.seq as i32);
-        let l = self.flash_launch(FlashFamily::Backward, act, s.d)?;
+        let l = self.flash_kernel(FlashFamily::BackwardSm90, FlashFamily::Backward, act, s.d)?;
         launch!(self, l.name, s.grid(l, false), (l.block, 1, 1), l.smem;
             io.q, io.k, io.v, io.dout, io.lse, io.delta, io.dk, io.dv, io.dq_accum,
             s.seq as i32, scale, i32::from(causal));

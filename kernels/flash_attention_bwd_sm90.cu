@@ -1,0 +1,384 @@
+// FlashAttention backward for Hopper (sm_90a: warpgroup MMA, wgmma.mma_async). Needs `common.cuh`
+// then `tensor_core.cuh` in front, and NVRTC option --gpu-architecture=sm_90a (the wgmma wrappers
+// of tensor_core.cuh exist only there); runs on compute capability 9.0 only.
+//
+// Same contract and results as flash_bwd_bf16_d<D> of flash_attention_bwd.cu (with its
+// flash_bwd_preprocess_bf16_d<D> before and flash_dq_convert_bf16 after): from Q, K, V, dO, L
+// (the forward's logsumexp, natural log) and Delta = rowsum(dO * O),
+//   P = exp(scale * Q K^T - L) (recomputed, causal and sequence masks as in the forward),
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dK = scale * dS^T Q,  dQ = scale * dS K.
+// Q, K, V, dO, dK, dV: [BH, T, D] bf16 row-major, contiguous, 16-byte aligned; L, Delta: [BH, T]
+// fp32; dq_accum: [BH, T, D] fp32, zeroed by the caller, accumulated with vector reductions
+// (red.global.add.v2.f32). D in {16, 32, 64, 128}; any T >= 1 (rows past T zero-filled on load,
+// masked, never written).
+//
+// Algorithm:
+// - One block owns BC = 128 keys of one head and walks the query tiles of BR = 64 rows (causal:
+//   from the first tile that reaches its first key). Two warpgroups; warpgroup w owns keys
+//   [64w, 64w + 64) of the block and accumulates their dK, dV (fp32, registers) over all tiles.
+// - K, V (once) and Q, dO (double-buffered, cp.async, zero-fill past T) in shared memory in the
+//   canonical wgmma layout (rows of min(2D, 128) bytes, XOR swizzle 128/64/32 bytes, d 128 as two
+//   64-column blocks; see flash_attention_fwd_sm90.cu), L and Delta of the tile next to them.
+// - Per query tile, warpgroup w (M = its 64 keys):
+//     S^T  = K_w Q^T        wgmma m64n64k16, A = K, B = Q from shared memory (both K-major)
+//     dP^T = V_w dO^T       the same with V, dO
+//     P^T = exp2(S^T * scale*log2e - L*log2e), dS^T = scale * P^T * (dP^T - Delta), in registers
+//     dV += P^T dO          wgmma m64nDk16, A = P^T from registers (the accumulator layout is the
+//     dK += dS^T Q          A-fragment layout), B = dO / Q from shared memory, N-major (transpose bit)
+//     dS^T -> shared memory (bf16, [128 keys][64 queries], 128-byte swizzle), fence.proxy.async;
+//     after the next block barrier, dQ_tile[:, w*D/2 .. (w+1)*D/2) = dS K: wgmma m64n(D/2)k16 over
+//     the 128 keys, A = dS^T from shared memory M-major (transpose bit), B = K N-major, added to
+//     dq_accum with red.global.add.v2.f32.
+//   Pipelining (d <= 64): the dQ product of tile i - 1 is issued at the top of iteration i (the
+//   barrier there makes its dS^T visible; dS^T is double-buffered), then S^T and dP^T of tile i;
+//   the dQ reductions run while S^T / dP^T are on the tensor cores, the exp2 of P^T while dP^T is.
+//   d 128: dQ of tile i is issued after a second barrier in iteration i and reduced right away (its
+//   32 accumulator registers cannot stay live across the S^T / dP^T phase: 255 registers).
+//   No wgmma group is in flight across the loop edge (ptxas would serialize every wgmma).
+// - wgmma is issued unconditionally (a fully masked key/query pair just yields P = 0).
+// Limits: bf16 only (fp32 stays on flash_bwd_f32_d<D>); results as flash_bwd_bf16_d<D> up to
+// rounding (P and dS rounded to bf16 for the products, as there).
+//
+// Launch contract: flash_bwd_sm90_bf16_d<D>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq,
+//   scale, causal): grid = (BH, ceil(seq / 128)) (extra blocks in y return at once), block = 256,
+//   dynamic shared memory:
+//     kernel                    BC   BR  threads  smem bytes
+//     flash_bwd_sm90_bf16_d16   128  64  256      52224   (*)
+//     flash_bwd_sm90_bf16_d32   128  64  256      68608   (*)
+//     flash_bwd_sm90_bf16_d64   128  64  256     101376   (*)
+//     flash_bwd_sm90_bf16_d128  128  64  256     166912   (*)
+//   (*) over 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it before launching.
+//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 1024 (Sm90BwdSmem).
+// A whole backward: zero dq_accum; flash_bwd_preprocess_bf16_d<D>; this; flash_dq_convert_bf16.
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash_attention_bwd_sm90.cu needs --gpu-architecture=sm_90a"
+#endif
+
+// Dynamic shared memory of every kernel in this file (declared once, at file scope).
+extern __shared__ __align__(16) unsigned char flash_smem[];
+
+namespace flash_bwd_sm90 {
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr int BC = 128, BR = 64, NT = 256;
+
+template <int D>
+struct Sm90BwdSmem {
+    static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + 1024;
+};
+
+// Canonical wgmma shared-memory tiles (as in flash_attention_fwd_sm90.cu): column blocks of RB =
+// min(2W, 128) bytes, each [ROWS][RB], 16-byte chunks XOR-swizzled with the row's place in its
+// 8-row atom (address bits 4.. ^= bits 7..).
+template <int W>
+struct Lay {
+    static constexpr int RB = W * 2 < 128 ? W * 2 : 128;
+    static constexpr int CPR = RB / 16;
+    static constexpr unsigned SWM = CPR - 1;
+    static constexpr unsigned long long MODE = RB == 128 ? 1ull : RB == 64 ? 2ull : 3ull;
+    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
+};
+
+__device__ __forceinline__ unsigned swz(unsigned off, unsigned mask) { return off ^ (((off >> 7) & mask) << 4); }
+
+// Byte offset of the 4-byte word at (row r, element col) of a ROWS x W tile (col even).
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned elem_off(int r, int col) {
+    using L = Lay<W>;
+    const int byte = col * 2;
+    return swz((unsigned)((byte / L::RB) * ROWS * L::RB + r * L::RB + byte % L::RB), L::SWM);
+}
+
+// wgmma matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), base offset
+// 0 (49-51: every atom here is aligned to its pattern), swizzle mode (62-63).
+__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned long long mode) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (mode << 62);
+}
+
+// K-major operand: rows [row0, row0 + 8n) of a ROWS x W tile, k-step kk (columns 16kk..16kk+15).
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned long long kmajor_desc(unsigned tile, int row0, int kk) {
+    using L = Lay<W>;
+    const unsigned addr = tile + (unsigned)((kk * 32 / L::RB) * ROWS * L::RB + row0 * L::RB + (kk * 32) % L::RB);
+    return make_desc(addr, 16, 8 * L::RB, L::MODE);
+}
+
+// N-major (or M-major) operand with the transpose bit: rows [16kc, 16kc + 16) of a ROWS x W tile
+// (the k dimension), columns from c0 (the N or M dimension; c0 is a multiple of 8 and the
+// instruction's N does not cross a column block). SBO = 8 rows; LBO = the next column block.
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned long long nmajor_desc(unsigned tile, int kc, int c0) {
+    using L = Lay<W>;
+    const unsigned addr = tile + (unsigned)((c0 * 2 / L::RB) * ROWS * L::RB + (c0 * 2) % L::RB + kc * 16 * L::RB);
+    return make_desc(addr, ROWS * L::RB, 8 * L::RB, L::MODE);
+}
+
+// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a tile (zero-fill past seq).
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
+    constexpr int C = D / 8, TOTAL = ROWS * C;
+    using L = Lay<D>;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+        const int idx = tid + i * NT;
+        if (TOTAL % NT == 0 || idx < TOTAL) {
+            const int r = idx / C, c = idx % C;
+            const int gr = row0 + r;
+            const bool ok = gr < seq;
+            const unsigned off = swz((unsigned)((c / L::CPR) * ROWS * L::RB + r * L::RB + (c % L::CPR) * 16), L::SWM);
+            cp_async_16(s_tile + off, g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
+        }
+    }
+}
+
+// L and Delta of query rows [row0, row0 + BR) (zeros past seq; those columns are masked anyway).
+__device__ __forceinline__ void load_rows(unsigned sL, unsigned sDel, const float* lse, const float* delta, int row0,
+                                          int seq, int tid) {
+    if (tid < 2 * BR) {
+        const int r = tid % BR, gr = row0 + r;
+        const bool ok = gr < seq;
+        const float* src = (tid < BR ? lse : delta) + (ok ? gr : 0);
+        cp_async_4((tid < BR ? sL : sDel) + r * 4, src, ok ? 4 : 0);
+    }
+}
+
+template <int D, bool DEFER_DQ>
+__device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
+                                         const bf16_t* __restrict__ v, const bf16_t* __restrict__ dout,
+                                         const float* __restrict__ lse, const float* __restrict__ delta,
+                                         bf16_t* __restrict__ dk, bf16_t* __restrict__ dv, float* __restrict__ dq_accum,
+                                         int seq, float scale, int causal) {
+    constexpr unsigned KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
+    constexpr int KD = D / 16, KQ = BR / 16, KK = BC / 16;  // k-steps over D, queries, keys
+    constexpr int SN = BR / 2, ON = D / 2, QN = D / 2;       // S^T / dP^T floats, dK / dV floats, dQ columns
+    constexpr int QF = QN / 2;                               // dQ floats per thread
+
+    const int n_kt = (seq + BC - 1) / BC;
+    const int kt = blockIdx.y;  // causal: low key tiles have the most work and go first
+    if (kt >= n_kt) return;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int wg = tid >> 7, wq = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int bh = blockIdx.x;
+    const int k0 = kt * BC;
+    const i64 head = (i64)bh * seq * D;
+    const bf16_t* qh = q + head;
+    const bf16_t* doh = dout + head;
+    const float* lh = lse + (i64)bh * seq;
+    const float* dh = delta + (i64)bh * seq;
+
+    const unsigned base = (smem_addr(flash_smem) + 1023u) & ~1023u;
+    const unsigned sK = base;
+    const unsigned sV = sK + KV_BYTES;
+    const unsigned sQ = sV + KV_BYTES;         // 2 buffers
+    const unsigned sdO = sQ + 2 * QT_BYTES;    // 2 buffers
+    const unsigned sdS = sdO + 2 * QT_BYTES;   // 2 buffers of dS^T [BC][BR]
+    const unsigned sL = sdS + 2 * DS_BYTES;    // 2 x BR floats
+    const unsigned sDel = sL + 2 * BR * 4;     // 2 x BR floats
+    const unsigned sScratch = sDel + 2 * BR * 4;
+    const float* Lf = reinterpret_cast<const float*>(flash_smem + (sL - smem_addr(flash_smem)));
+    const float* Delf = reinterpret_cast<const float*>(flash_smem + (sDel - smem_addr(flash_smem)));
+
+    const int n_q = (seq + BR - 1) / BR;
+    const int i_start = causal ? k0 / BR : 0;
+
+    load_tile<D, BC>(sK, k + head, k0, seq, tid);
+    load_tile<D, BC>(sV, v + head, k0, seq, tid);
+    load_tile<D, BR>(sQ, qh, i_start * BR, seq, tid);
+    load_tile<D, BR>(sdO, doh, i_start * BR, seq, tid);
+    load_rows(sL, sDel, lh, dh, i_start * BR, seq, tid);
+    cp_async_commit();
+
+    const int key_lo = k0 + wg * 64 + wq * 16 + g;  // this thread's keys: key_lo, key_lo + 8
+    const float sl2 = scale * LOG2E;
+    float dk_acc[ON], dv_acc[ON], dq[QF];
+#pragma unroll
+    for (int i = 0; i < ON; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
+    unsigned pa[KQ][4], da[KQ][4];
+
+    // dQ of query tile i (the accumulators of its retired wgmma group) into dq_accum
+    auto reduce_dq = [&](int i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = i * BR + wq * 16 + g + 8 * h;
+            if (row < seq) {
+                float* dst = dq_accum + head + (i64)row * D + wg * QN + 2 * t;
+#pragma unroll
+                for (int nb = 0; nb < QN / 8; ++nb) red_add_f32x2(dst + nb * 8, dq[4 * nb + 2 * h], dq[4 * nb + 2 * h + 1]);
+            }
+        }
+    };
+
+    // dQ[:, wg*D/2 ..] of the tile whose dS^T is in buffer sdSb = dS K over the 128 keys: A = dS
+    // (M = queries) M-major, B = K N-major
+    auto issue_dq = [&](unsigned sdSb) {
+#pragma unroll
+        for (int kc = 0; kc < KK; ++kc)
+            wgmma_ss_bf16_ta_tb<QN>(dq, nmajor_desc<BR, BC>(sdSb, kc, 0), nmajor_desc<D, BC>(sK, kc, wg * QN), kc > 0);
+    };
+
+    // One query tile per iteration. No wgmma group stays in flight across the loop edge (ptxas
+    // cannot follow a group through it and serializes every wgmma), and every wgmma is issued
+    // unconditionally (same under a branch): with DEFER_DQ, the dQ of tile i - 1 is issued at the
+    // top of iteration i, after the barrier that made its dS^T visible, and its reductions run
+    // while S^T and dP^T of tile i are on the tensor cores (in the first iteration it multiplies
+    // the unused dS^T buffer and is thrown away); without (d 128), dQ of tile i is issued after a
+    // second barrier in iteration i and reduced right away.
+    for (int i = i_start; i < n_q; ++i) {
+        const int b = (i - i_start) & 1;
+        const unsigned sQb = sQ + b * QT_BYTES, sdOb = sdO + b * QT_BYTES, sdSb = sdS + b * DS_BYTES;
+        // tile i landed and is visible to the async proxy; iteration i - 1 retired in both
+        // warpgroups (so the other Q / dO buffer may be refilled) and its dS^T stores are visible
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+
+        float s[SN], dp[SN];
+        wgmma_fence();
+        if constexpr (DEFER_DQ) {
+            issue_dq(sdS + (b ^ 1) * DS_BYTES);
+            wgmma_commit();
+        }
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk)
+            wgmma_ss_bf16<BR>(s, kmajor_desc<D, BC>(sK, wg * 64, kk), kmajor_desc<D, BR>(sQb, 0, kk), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk)
+            wgmma_ss_bf16<BR>(dp, kmajor_desc<D, BC>(sV, wg * 64, kk), kmajor_desc<D, BR>(sdOb, 0, kk), kk > 0);
+        wgmma_commit();
+        if (i + 1 < n_q) {
+            const unsigned nb = (b ^ 1);
+            load_tile<D, BR>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
+            load_tile<D, BR>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
+            load_rows(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
+        }
+        cp_async_commit();
+        if constexpr (DEFER_DQ) {
+            wgmma_wait<2>();  // dQ of tile i - 1
+            wgmma_acc_fence(dq);
+            if (i > i_start) reduce_dq(i - 1);
+            // keep the reductions (and below, the exp2) before the next wait: ptxas hoists an
+            // operand-less wait as far as it can, but not above a shared-memory store
+            st_shared_b32(sScratch + tid * 4, __float_as_uint(dq[0]));
+        }
+        wgmma_wait<1>();  // S^T
+        wgmma_acc_fence(s);
+
+        // P^T = exp2(S^T * scale*log2e - L*log2e), masked; rows = keys, columns = queries
+        const int q0 = i * BR;
+        const float* Lb = Lf + b * BR;
+        const float* Db = Delf + b * BR;
+        const bool need_mask = q0 + BR > seq || k0 + BC > seq || (causal && k0 + wg * 64 + 63 > q0);
+        float psum = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < BR / 8; ++nb) {
+            const int cl = nb * 8 + 2 * t;
+            const float2 L2 = *reinterpret_cast<const float2*>(Lb + cl);
+            const float nl[2] = {-L2.x * LOG2E, -L2.y * LOG2E};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float p = exp2_approx(fmaf(s[4 * nb + e], sl2, nl[e & 1]));
+                if (need_mask) {
+                    const int key = key_lo + ((e >> 1) << 3), col = q0 + cl + (e & 1);
+                    if (col >= seq || key >= seq || (causal && key > col)) p = 0.0f;
+                }
+                s[4 * nb + e] = p;
+                psum += p;
+            }
+        }
+        st_shared_b32(sScratch + tid * 4, __float_as_uint(psum));
+        wgmma_wait<0>();  // dP^T
+        wgmma_acc_fence(dp);
+        // dS^T = scale * P^T * (dP^T - Delta), packed with P^T as A fragments as it is made (S^T
+        // and dP^T registers die early: d 128 is at the register limit). Register r of k-step kq
+        // holds (key g + 8(r & 1), queries 16kq + 8(r >> 1) + 2t, +1): n-block 2kq + (r >> 1).
+#pragma unroll
+        for (int kq = 0; kq < KQ; ++kq)
+#pragma unroll
+            for (int hb = 0; hb < 2; ++hb) {
+                const float2 De = *reinterpret_cast<const float2*>(Db + (2 * kq + hb) * 8 + 2 * t);
+                const float nd0 = -De.x * scale, nd1 = -De.y * scale;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = 2 * hb + h, idx = 8 * kq + 2 * r;
+                    const float ds0 = s[idx] * fmaf(dp[idx], scale, nd0), ds1 = s[idx + 1] * fmaf(dp[idx + 1], scale, nd1);
+                    pa[kq][r] = pack_bf16x2(s[idx], s[idx + 1]);
+                    da[kq][r] = pack_bf16x2(ds0, ds1);
+                }
+            }
+        // dS^T rows (keys 64wg + 16wq + g + 8(r & 1)), columns (queries) 16kq + 8(r >> 1) + 2t
+#pragma unroll
+        for (int kq = 0; kq < KQ; ++kq)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int row = wg * 64 + wq * 16 + g + 8 * (r & 1), col = 16 * kq + 8 * (r >> 1) + 2 * t;
+                st_shared_b32(sdSb + elem_off<BR, BC>(row, col), da[kq][r]);
+            }
+
+        // dV += P^T dO, dK += dS^T Q (A from registers, B N-major)
+        wgmma_fence();
+#pragma unroll
+        for (int kq = 0; kq < KQ; ++kq) wgmma_rs_bf16_tb<D>(dv_acc, pa[kq], nmajor_desc<D, BR>(sdOb, kq, 0), 1);
+#pragma unroll
+        for (int kq = 0; kq < KQ; ++kq) wgmma_rs_bf16_tb<D>(dk_acc, da[kq], nmajor_desc<D, BR>(sQb, kq, 0), 1);
+        wgmma_commit();
+        fence_proxy_async_smem();  // this thread's dS^T stores, for the dQ product
+        if constexpr (DEFER_DQ) {
+            wgmma_wait<0>();  // dV, dK: their registers and the Q / dO buffer are free
+            wgmma_acc_fence(dv_acc);
+            wgmma_acc_fence(dk_acc);
+        } else {
+            __syncthreads();  // every key's dS^T visible
+            issue_dq(sdSb);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_acc_fence(dv_acc);
+            wgmma_acc_fence(dk_acc);
+            wgmma_acc_fence(dq);
+            reduce_dq(i);
+        }
+    }
+    if constexpr (DEFER_DQ) {
+        // dQ of the last tile
+        cp_async_wait<0>();
+        __syncthreads();
+        wgmma_fence();
+        issue_dq(sdS + ((n_q - 1 - i_start) & 1) * DS_BYTES);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_acc_fence(dq);
+        reduce_dq(n_q - 1);
+    }
+    cp_async_wait<0>();
+
+    // dK (scale already in dS) and dV
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = key_lo + 8 * h;
+        if (row < seq) {
+#pragma unroll
+            for (int nb = 0; nb < D / 8; ++nb) {
+                const i64 off = head + (i64)row * D + nb * 8 + 2 * t;
+                *reinterpret_cast<unsigned*>(dk + off) = pack_bf16x2(dk_acc[4 * nb + 2 * h], dk_acc[4 * nb + 2 * h + 1]);
+                *reinterpret_cast<unsigned*>(dv + off) = pack_bf16x2(dv_acc[4 * nb + 2 * h], dv_acc[4 * nb + 2 * h + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace flash_bwd_sm90
+
+#define FLASH_BWD_SM90(D)                                                                                           \
+    extern "C" __global__ void __launch_bounds__(flash_bwd_sm90::NT, 1)                                            \
+        flash_bwd_sm90_bf16_d##D(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* dout,           \
+                                 const float* lse, const float* delta, bf16_t* dk, bf16_t* dv, float* dq_accum,   \
+                                 int seq, float scale, int causal) {                                              \
+        flash_bwd_sm90::bwd_sm90<D, (D < 128)>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, scale, causal);  \
+    }
+FLASH_BWD_SM90(16)
+FLASH_BWD_SM90(32)
+FLASH_BWD_SM90(64)
+FLASH_BWD_SM90(128)
