@@ -38,6 +38,24 @@ longest idle gaps with the CUDA call the host was in."
 pub struct Args {
     /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep), or a Kineto trace.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Only the GPU work of this device (and the host activity of the processes that ran work
+    /// on it).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Only the GPU work and host activity of this process (its pid).
+    #[arg(long, value_name = "PID")]
+    pub process: Option<u32>,
+    /// Output format: table, csv, json or markdown.
+    #[arg(long, short = 'f', default_value = "table")]
+    pub format: Format,
+}
+
+/// How a trace is profiled: the options `profile` and `report` share, which `report` applies to
+/// every trace it reads.
+#[derive(clap::Args)]
+pub struct ProfileArgs {
     #[arg(long, default_value = "process", value_parser = parse_attribution, long_help = ATTRIBUTION_HELP)]
     pub attribution: Attribution,
     /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
@@ -67,22 +85,44 @@ pub struct Args {
         default_value = "attention_matmul_QK,attention_softmax,attention_matmul_V"
     )]
     pub attention_ranges: Vec<String>,
-    /// Attention head dimension, for the FLOP ratio 5/(4*head_dim).
+    /// Attention head dimension, for the FLOP ratio 5/(4*head_dim) (default: from the run
+    /// metadata, or in `report` from the model size).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub head_dim: Option<u32>,
     /// Non-GEMM kernels to list per phase.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub top: usize,
-    /// Only the GPU work of this device (and the host activity of the processes that ran work
-    /// on it).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Only the GPU work and host activity of this process (its pid).
-    #[arg(long, value_name = "PID")]
-    pub process: Option<u32>,
-    /// Output format: table, csv, json or markdown.
-    #[arg(long, short = 'f', default_value = "table")]
-    pub format: Format,
+}
+
+impl ProfileArgs {
+    /// The library's profile options, and the kernel-class rule file when one is given.
+    pub fn into_options(self) -> anyhow::Result<(ProfileOptions, Option<PathBuf>)> {
+        let attention: [String; 3] =
+            self.attention_ranges.try_into().map_err(|v: Vec<String>| {
+                anyhow::anyhow!(
+                    "--attention-ranges takes three names (QK,SOFTMAX,V), got {}",
+                    v.len()
+                )
+            })?;
+        let phases: Vec<String> = self
+            .phases
+            .into_iter()
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .chain(self.phase)
+            .collect();
+        let opts = ProfileOptions {
+            attribution: self.attribution,
+            steps: self.steps,
+            phases,
+            attention,
+            head_dim: self.head_dim,
+            top: self.top,
+            device: None,
+            process: None,
+        };
+        Ok((opts, self.classes))
+    }
 }
 
 fn parse_attribution(s: &str) -> Result<Attribution, String> {
@@ -94,30 +134,10 @@ fn parse_regex(s: &str) -> Result<Regex, String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let attention: [String; 3] = args.attention_ranges.try_into().map_err(|v: Vec<String>| {
-        anyhow::anyhow!(
-            "--attention-ranges takes three names (QK,SOFTMAX,V), got {}",
-            v.len()
-        )
-    })?;
-    let phases: Vec<String> = args
-        .phases
-        .into_iter()
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .chain(args.phase)
-        .collect();
-    let opts = ProfileOptions {
-        attribution: args.attribution,
-        steps: args.steps,
-        phases,
-        attention,
-        head_dim: args.head_dim,
-        top: args.top,
-        device: args.device,
-        process: args.process,
-    };
-    let classifier = profile::classifier(args.classes.as_deref())?;
+    let (mut opts, classes) = args.profile.into_options()?;
+    opts.device = args.device;
+    opts.process = args.process;
+    let classifier = profile::classifier(classes.as_deref())?;
     let trace = analyze::formats::load_trace(&args.file)?;
     profile::check_profilable(&trace)?;
     profile::devices::check_filters(&trace, opts.device, opts.process)?;

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use analyze::memory::categories::Rules;
-use analyze::profile::ranges::Attribution;
-use analyze::profile::{self, ProfileOptions};
+use analyze::profile;
 use analyze::report::inputs::{self, LoadOptions};
 use analyze::report::output::{self, OutputOptions};
 
+use crate::profile::ProfileArgs;
 use crate::Outcome;
 
 const LONG_ABOUT: &str = "\
@@ -23,14 +23,24 @@ memory_timeline_<run>.png per snapshot.
 
 Sections: runs; forward, backward and step time per run; top kernel per pass; top non-GEMM kernel;
 GEMM fraction of inference against training (model x context matrix); softmax against matmul in
-attention with the FLOP ratio 5/(4*head_dim); peak memory (forward against training step, fp32
-against autocast); benchmark results (OOM where a configuration ran out of memory); skipped files.
+attention with the FLOP ratio 5/(4*head_dim); where GPU time goes; peak memory (forward against
+training step, fp32 against autocast); benchmark results (OOM where a configuration ran out of
+memory); skipped files.
+
+Every trace is profiled as `analyze profile` profiles it, with the same options: --steps,
+--phases, --phase, --attention-ranges, --head-dim, --attribution, --classes and --top apply to
+every run (a run whose ranges have other names than the defaults needs them, as it would with
+`profile`).
 
 Runs are labelled from the run metadata a file carries (the RUN_METADATA table that
 `collect --trace` writes: model, ctx, batch, mode, precision), else from the file name:
   ..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...   e.g. torch_small_ctx128_fwd_fp32.sqlite
-(size: small, medium, large, xl, 2.7B; also `bs8`/`batch8` for the batch), else with
---label FILE=LABEL, which wins when given (LABEL is read with the same pattern for the fields).";
+Sizes: small, medium, large, xl, and billions as 2.7B, 2_7B, 2p7b; context: ctxN, contextN,
+seqN, seq_len_N, or a number right after the size; batch: bsN, batchN. Precision: a data type
+(fp32, float32, tf32, bf16, fp16) wins; else amp, mixed or autocast mean bf16 unless negated
+(without_mixed, no_amp, noamp, amp_off, full_precision mean fp32). Fields read from a file name
+are guesses, and the runs table says so (`label from`). --label FILE=LABEL wins when given
+(LABEL is read with the same rules for the fields).";
 
 #[derive(clap::Args)]
 #[command(after_long_help = LONG_ABOUT)]
@@ -44,18 +54,12 @@ pub struct Args {
     /// Name a run: FILE=LABEL (may be repeated). FILE is the path as given or a file name.
     #[arg(long, short = 'l', value_name = "FILE=LABEL", value_parser = parse_label)]
     pub label: Vec<(PathBuf, String)>,
-    /// Kernel-class rules (TOML or JSON) tried before the built-in ones.
-    #[arg(long, value_name = "FILE")]
-    pub classes: Option<PathBuf>,
+    /// How every trace is profiled: the options of `analyze profile`.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
     /// Memory category rules (TOML or JSON) tried before the built-in ones.
     #[arg(long, value_name = "FILE")]
     pub categories: Option<PathBuf>,
-    /// How kernels are attributed to NVTX ranges: process (default) or thread (nsys's rule).
-    #[arg(long, default_value = "process", value_parser = parse_attribution)]
-    pub attribution: Attribution,
-    /// Attention head dimension for every run (default: from metadata or the model size).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub head_dim: Option<u32>,
     /// Do not write plots.
     #[arg(long)]
     pub no_plots: bool,
@@ -78,20 +82,13 @@ fn parse_label(s: &str) -> Result<(PathBuf, String), String> {
     }
 }
 
-fn parse_attribution(s: &str) -> Result<Attribution, String> {
-    s.parse()
-}
-
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let classifier = profile::classifier(args.classes.as_deref())?;
+    let (profile_opts, classes) = args.profile.into_options()?;
+    let classifier = profile::classifier(classes.as_deref())?;
     let rules = Rules::load(args.categories.as_deref())?;
     let opts = LoadOptions {
         classifier: &classifier,
-        profile: ProfileOptions {
-            attribution: args.attribution,
-            head_dim: args.head_dim,
-            ..ProfileOptions::default()
-        },
+        profile: profile_opts,
         rules: &rules,
         memory_top: 10,
         labels: args.label,

@@ -11,7 +11,8 @@
 //! - the analyses, pure functions over the model that return data, each with a sibling module
 //!   that lays its result out as tables: `stats` (the `nsys stats` reports), `profile` (per-phase
 //!   figures of one trace), `memory` (peaks and categories of one snapshot), `compare` (two
-//!   traces or two snapshots) and `report` (a write-up over a sweep of runs);
+//!   traces or two snapshots) and `report` (a write-up over a sweep of runs), with `run_name`
+//!   (what a file's name says about its run: model, context length, mode, precision);
 //! - [`render`]: the tables as text, CSV, JSON or Markdown, their cell formatters, and the charts.
 //!
 //! The analyses, reports and plots are the default feature `analysis`. Without it the crate is
@@ -35,6 +36,8 @@ pub mod progress;
 pub mod render;
 #[cfg(feature = "analysis")]
 pub mod report;
+#[cfg(feature = "analysis")]
+pub mod run_name;
 #[cfg(feature = "analysis")]
 pub mod stats;
 

@@ -1,7 +1,7 @@
 //! One snapshot's results: [`MemoryReport`] (serializable, the unit a report over many runs is
-//! built from), made by [`analyze`] from a loaded snapshot, with the run's name parsed from its
-//! file name (`memsnap_medium_ctx256_train_fp32`) and a `memory_viz`-like summary of the
-//! allocator's segments. The tables built from reports are in [`super::tables`].
+//! built from), made by [`analyze`] from a loaded snapshot, with the run's name read from its
+//! label by [`crate::run_name`] (`memsnap_medium_ctx256_train_fp32`) and a `memory_viz`-like
+//! summary of the allocator's segments. The tables built from reports are in [`super::tables`].
 //!
 //! Everything here is pure: the caller reads files and chooses labels.
 
@@ -16,6 +16,7 @@ use super::peak::{top_allocations, TopAllocation};
 use super::phases::{spans, stack_phases, Phase, PhaseSpan};
 use super::timeline::{replay, Timeline};
 use crate::model::snapshot::{BlockState, SegmentKind, Snapshot, SnapshotFormat};
+pub use crate::run_name::{mode_word, parse_run_name, precision_word, run_stem, RunName};
 
 /// What to compute.
 #[derive(Clone, Debug)]
@@ -38,36 +39,6 @@ impl Default for MemoryOptions {
     }
 }
 
-/// Model, context length, batch, mode and precision of a run, read from its name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RunName {
-    pub model: Option<String>,
-    pub ctx: Option<u32>,
-    /// `forward` or `train`.
-    pub mode: Option<String>,
-    /// `fp32`, `bf16`, `fp16` or `amp`.
-    pub precision: Option<String>,
-    /// Batch size, from a `bs4` or `batch4` word.
-    pub batch: Option<u32>,
-}
-
-/// Model sizes recognised in names (lower case), as the CS336 assignment names them.
-pub const MODEL_SIZES: [&str; 7] = ["tiny", "small", "medium", "large", "xl", "2.7b", "2p7b"];
-
-/// File extensions dropped before a name is read, so `.pt.trace.json.gz` does not count.
-const EXTENSIONS: [&str; 10] = [
-    ".gz",
-    ".pickle",
-    ".pkl",
-    ".sqlite",
-    ".nsys-rep",
-    ".qdrep",
-    ".json",
-    ".trace",
-    ".pt",
-    ".db",
-];
-
 /// A snapshot's name in tables and plot file names when no label is given: its file name without
 /// `.gz`, `.pickle` or `.pkl`.
 pub fn snapshot_label(path: &Path) -> String {
@@ -79,92 +50,6 @@ pub fn snapshot_label(path: &Path) -> String {
         .trim_end_matches(".pickle")
         .trim_end_matches(".pkl")
         .to_owned()
-}
-
-/// The name of a file without its directory and without known profiler extensions
-/// (`torch_small_ctx128_fwd_fp32` for `runs/torch_small_ctx128_fwd_fp32.sqlite.gz`).
-pub fn run_stem(name: &str) -> &str {
-    let mut stem = name.rsplit(['/', '\\']).next().unwrap_or(name);
-    while let Some(e) = EXTENSIONS
-        .iter()
-        .find(|e| stem.len() > e.len() && stem.to_ascii_lowercase().ends_with(*e))
-    {
-        stem = &stem[..stem.len() - e.len()];
-    }
-    stem
-}
-
-/// The mode a word names: `forward` (`fwd`, `inference`, ...) or `train` (`training`,
-/// `fullstep`, `backward`, ...).
-pub fn mode_word(word: &str) -> Option<&'static str> {
-    match word {
-        "forward" | "fwd" | "inference" | "infer" | "eval" => Some("forward"),
-        "train" | "training" | "fullstep" | "step" | "full" | "backward" | "bwd" => Some("train"),
-        _ => None,
-    }
-}
-
-/// The precision a word names: `fp32`, `bf16`, `fp16` or `amp`.
-pub fn precision_word(word: &str) -> Option<&'static str> {
-    match word {
-        "fp32" | "float32" | "f32" => Some("fp32"),
-        "bf16" | "bfloat16" => Some("bf16"),
-        "fp16" | "float16" | "half" => Some("fp16"),
-        "amp" | "autocast" | "mixed" => Some("amp"),
-        _ => None,
-    }
-}
-
-/// Read model/ctx/batch/mode/precision from a name such as
-/// `memsnap_medium_ctx256_train_fp32.pickle.gz`, `torch_small_ctx128_fwd_fp32.sqlite` or
-/// `medium_128_training_memory_snapshot.pickle`. Words are separated by `_`, `-`, `.` or spaces
-/// (a model size such as `2.7B` stays whole); the first word of each kind wins.
-pub fn parse_run_name(name: &str) -> RunName {
-    let stem = run_stem(name);
-    let tokens: Vec<String> = stem
-        .split(['_', '-', ' '])
-        .flat_map(|t| {
-            let lower = t.to_ascii_lowercase();
-            if MODEL_SIZES.contains(&lower.as_str()) {
-                vec![lower]
-            } else {
-                lower.split('.').map(str::to_owned).collect()
-            }
-        })
-        .filter(|t| !t.is_empty())
-        .collect();
-    let mut r = RunName::default();
-    for (i, t) in tokens.iter().enumerate() {
-        if r.model.is_none() && MODEL_SIZES.contains(&t.as_str()) {
-            r.model = Some(t.clone());
-            // `medium_128`: a bare number right after the model is the context length.
-            if let Some(n) = tokens.get(i + 1).and_then(|n| n.parse().ok()) {
-                r.ctx.get_or_insert(n);
-            }
-        }
-        if let Some(n) = t
-            .strip_prefix("ctx")
-            .or_else(|| t.strip_prefix("context"))
-            .or_else(|| t.strip_prefix("seq"))
-            .and_then(|n| n.parse().ok())
-        {
-            r.ctx = Some(n);
-        }
-        if let Some(n) = t
-            .strip_prefix("batch")
-            .or_else(|| t.strip_prefix("bs"))
-            .and_then(|n| n.parse().ok())
-        {
-            r.batch.get_or_insert(n);
-        }
-        if let (None, Some(m)) = (&r.mode, mode_word(t)) {
-            r.mode = Some(m.to_owned());
-        }
-        if let (None, Some(p)) = (&r.precision, precision_word(t)) {
-            r.precision = Some(p.to_owned());
-        }
-    }
-    r
 }
 
 /// A phase span with times relative to the window's start.
@@ -530,42 +415,5 @@ mod tests {
         let r = analyze(&snap, &Rules::builtin(), &opts).report;
         assert_eq!(r.peak_allocated_bytes, 3 * mib);
         assert_eq!(r.stats.reserved_bytes, 20 * mib);
-    }
-
-    #[test]
-    fn run_names_are_read_from_file_names() {
-        let r = parse_run_name("memsnap_medium_ctx256_train_fp32.pickle.gz");
-        assert_eq!(r.model.as_deref(), Some("medium"));
-        assert_eq!(r.ctx, Some(256));
-        assert_eq!(r.mode.as_deref(), Some("train"));
-        assert_eq!(r.precision.as_deref(), Some("fp32"));
-        let r = parse_run_name("wedsonlin-a2__medium_128_inference_memory_snapshot.pickle.gz");
-        assert_eq!(r.model.as_deref(), Some("medium"));
-        assert_eq!(r.ctx, Some(128));
-        assert_eq!(r.mode.as_deref(), Some("forward"));
-        assert_eq!(r.precision, None);
-        let r = parse_run_name(r"C:\runs\memory_ctx128_fullstep_.pickle");
-        assert_eq!((r.ctx, r.mode.as_deref()), (Some(128), Some("train")));
-    }
-
-    #[test]
-    fn trace_names_drop_their_extensions_and_keep_dotted_sizes() {
-        let r = parse_run_name("runs/torch_small_ctx128_fwd_fp32.sqlite.gz");
-        assert_eq!(
-            r,
-            RunName {
-                model: Some("small".into()),
-                ctx: Some(128),
-                mode: Some("forward".into()),
-                precision: Some("fp32".into()),
-                batch: None,
-            }
-        );
-        let r = parse_run_name("kineto_2.7B_ctx1024_train_bf16_bs8.pt.trace.json.gz");
-        assert_eq!(r.model.as_deref(), Some("2.7b"));
-        assert_eq!((r.ctx, r.batch), (Some(1024), Some(8)));
-        assert_eq!(run_stem("a/b/x.pt.trace.json.gz"), "x");
-        assert_eq!(run_stem("run.nsys-rep"), "run");
-        assert_eq!(run_stem(".gz"), ".gz");
     }
 }

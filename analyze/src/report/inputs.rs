@@ -131,6 +131,7 @@ fn trace_run(trace: Trace, labelled: Labelled, opts: &LoadOptions<'_>) -> Result
         format: trace.source.format,
         run: labelled.run,
         label_source: labelled.source,
+        label_guessed: labelled.guessed,
         head_dim: popts.head_dim,
         kernels: trace.kernels.len(),
         profile,
@@ -173,6 +174,7 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
                 file: name,
                 run: labelled.run,
                 label_source: labelled.source,
+                label_guessed: labelled.guessed,
                 memory: analysis.report,
                 timeline,
             })));

@@ -5,16 +5,17 @@
 //! shown as given and read with the file-name pattern for the fields it names), the run
 //! metadata the file carries (the `RUN_METADATA` table that `collect --trace` writes: `model`,
 //! `ctx`, `batch`, `mode`, `precision`, `d_model`, `heads`), and the file name read by
-//! [`crate::memory::summary::parse_run_name`]
+//! [`crate::run_name::parse_run_name`]
 //! (`..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...`). A field one source lacks is taken
-//! from the next. Nothing here reads files.
+//! from the next; the fields read from the file name are guesses, and [`Labelled::guessed`]
+//! names them so the report can say so. Nothing here reads files.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::formats::run_metadata::{self, keys};
-use crate::memory::summary::{mode_word, parse_run_name, precision_word, run_stem, RunName};
+use crate::run_name::{mode_word, parse_run_name, precision_word, run_stem, RunName};
 
 /// Where a run's label came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -46,8 +47,28 @@ pub struct Labelled {
     pub label: String,
     pub run: RunName,
     pub source: LabelSource,
+    /// Fields (`model`, `ctx`, `batch`, `mode`, `precision`) read from the file name: guesses.
+    pub guessed: Vec<&'static str>,
     /// Attention head dimension: `d_model / heads` from metadata, else from the model size.
     pub head_dim: Option<u32>,
+}
+
+impl Labelled {
+    /// Where the label came from, in words, saying which fields were guessed from the file
+    /// name: `metadata`, `--label`, `file name (guessed)`,
+    /// `metadata; guessed from the file name: precision`.
+    pub fn source_text(source: LabelSource, guessed: &[&str]) -> String {
+        match (source, guessed) {
+            (LabelSource::FileName, []) => "file name".to_owned(),
+            (LabelSource::FileName, _) => "file name (guessed)".to_owned(),
+            (s, []) => s.as_str().to_owned(),
+            (s, g) => format!(
+                "{}; guessed from the file name: {}",
+                s.as_str(),
+                g.join(", ")
+            ),
+        }
+    }
 }
 
 /// d_model, d_ff, layers and heads of the model sizes of the CS336 assignment (and `collect`).
@@ -115,22 +136,30 @@ pub fn run_from_metadata(meta: &BTreeMap<String, String>) -> RunName {
     }
 }
 
-fn fill(into: &mut RunName, from: &RunName) {
-    if into.model.is_none() {
+/// Fill the fields `into` lacks from `from`; returns the names of the fields filled.
+fn fill(into: &mut RunName, from: &RunName) -> Vec<&'static str> {
+    let mut filled = Vec::new();
+    if into.model.is_none() && from.model.is_some() {
         into.model.clone_from(&from.model);
+        filled.push("model");
     }
-    if into.ctx.is_none() {
+    if into.ctx.is_none() && from.ctx.is_some() {
         into.ctx = from.ctx;
+        filled.push("ctx");
     }
-    if into.mode.is_none() {
-        into.mode.clone_from(&from.mode);
-    }
-    if into.precision.is_none() {
-        into.precision.clone_from(&from.precision);
-    }
-    if into.batch.is_none() {
+    if into.batch.is_none() && from.batch.is_some() {
         into.batch = from.batch;
+        filled.push("batch");
     }
+    if into.mode.is_none() && from.mode.is_some() {
+        into.mode.clone_from(&from.mode);
+        filled.push("mode");
+    }
+    if into.precision.is_none() && from.precision.is_some() {
+        into.precision.clone_from(&from.precision);
+        filled.push("precision");
+    }
+    filled
 }
 
 fn is_empty(r: &RunName) -> bool {
@@ -160,10 +189,10 @@ pub fn label_run(
     let (mut run, source) = match user_label {
         Some(l) => (parse_run_name(l), LabelSource::Option),
         None if !is_empty(&from_meta) => (from_meta.clone(), LabelSource::Metadata),
-        None => (from_name.clone(), LabelSource::FileName),
+        None => (RunName::default(), LabelSource::FileName),
     };
     fill(&mut run, &from_meta);
-    fill(&mut run, &from_name);
+    let guessed = fill(&mut run, &from_name);
     let label = match user_label {
         Some(l) => l.to_owned(),
         None => compose(&run).unwrap_or_else(|| run_stem(file_name).to_owned()),
@@ -175,6 +204,7 @@ pub fn label_run(
         label,
         run,
         source,
+        guessed,
         head_dim,
     }
 }
@@ -189,6 +219,11 @@ mod tests {
         assert_eq!(l.label, "small ctx128 forward fp32");
         assert_eq!(l.source, LabelSource::FileName);
         assert_eq!(l.head_dim, Some(64));
+        assert_eq!(l.guessed, ["model", "ctx", "mode", "precision"]);
+        assert_eq!(
+            Labelled::source_text(l.source, &l.guessed),
+            "file name (guessed)"
+        );
         let l = label_run("x/profile-7.sqlite", None, None);
         assert_eq!(l.label, "profile-7");
         assert_eq!(l.head_dim, None);
@@ -211,6 +246,7 @@ mod tests {
         let l = label_run("torch_small_ctx128_fwd_fp32.sqlite", Some(&meta), None);
         assert_eq!(l.label, "2.7b ctx512 forward-backward bf16");
         assert_eq!(l.source, LabelSource::Metadata);
+        assert!(l.guessed.is_empty(), "metadata names every field");
         assert_eq!((l.run.batch, l.head_dim), (Some(4), Some(80)));
         let l = label_run("run.sqlite", Some(&meta), Some("baseline_ctx1024"));
         assert_eq!(l.label, "baseline_ctx1024");
@@ -218,6 +254,25 @@ mod tests {
         // The label names the context length; metadata fills in the rest.
         assert_eq!(l.run.ctx, Some(1024));
         assert_eq!(l.run.model.as_deref(), Some("2.7b"));
+    }
+
+    #[test]
+    fn fields_metadata_lacks_are_guessed_from_the_name_and_said_so() {
+        let meta: BTreeMap<String, String> = [("model", "small"), ("ctx", "256")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let l = label_run("runs/x_forward_without_mixed.sqlite", Some(&meta), None);
+        assert_eq!(l.label, "small ctx256 forward fp32");
+        assert_eq!(l.guessed, ["mode", "precision"]);
+        assert_eq!(
+            Labelled::source_text(l.source, &l.guessed),
+            "metadata; guessed from the file name: mode, precision"
+        );
+        // The twin with mixed precision, a size spelled with an underscore.
+        let l = label_run("gpt_2_7B_ctx128_forward_with_mixed.pickle", None, None);
+        assert_eq!(l.label, "2.7b ctx128 forward bf16");
+        assert_eq!(l.head_dim, Some(80));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct TraceRun {
     pub format: SourceFormat,
     pub run: RunName,
     pub label_source: LabelSource,
+    /// Fields of `run` guessed from the file name (see [`labels::Labelled::guessed`]).
+    pub label_guessed: Vec<&'static str>,
     /// Attention head dimension used for the FLOP ratio (`None`: unknown).
     pub head_dim: Option<u32>,
     pub kernels: usize,
@@ -55,6 +57,8 @@ pub struct SnapshotRun {
     pub file: String,
     pub run: RunName,
     pub label_source: LabelSource,
+    /// Fields of `run` guessed from the file name (see [`labels::Labelled::guessed`]).
+    pub label_guessed: Vec<&'static str>,
     pub memory: MemoryReport,
     /// The allocated-memory timeline, for its plot.
     #[serde(skip)]

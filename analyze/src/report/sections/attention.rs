@@ -1,6 +1,7 @@
 //! Softmax against matmul in attention: the kernel time of the softmax ranges over that of the
 //! QK and V matmul ranges, per run and as a model × context matrix, beside the FLOP ratio.
 
+use crate::profile::DEFAULT_ATTENTION;
 use crate::render::cells::{ms, opt_float, opt_int};
 use crate::render::{Cell, Table};
 
@@ -58,13 +59,22 @@ pub(super) fn attention_section(traces: &[&TraceRun]) -> ReportSection {
             cell: opt_float(*ratio, 3),
         })
         .collect();
-    let mut blocks = vec![Block::Text(
-        "Kernel time inside the NVTX ranges `attention_matmul_QK` and `attention_matmul_V` (matmul) against `attention_softmax` (softmax), in the forward passes of the measured steps. The FLOP ratio 5/(4·head_dim) is what the softmax would cost if time followed FLOPs: per attention score it does about 5 operations (max, subtract, exp, sum, divide) against 2·head_dim for each of the two matmuls. head_dim comes from the run metadata, else from the model size (small to xl: 64, 2.7B: 80).".into(),
-    )];
+    // The range names the profiles looked for (`--attention-ranges`), as the first run with
+    // attention ranges names them.
+    let names = traces
+        .iter()
+        .find_map(|t| t.profile.attention.as_ref())
+        .map_or(DEFAULT_ATTENTION.map(str::to_owned), |a| {
+            [a.qk.name.clone(), a.softmax.name.clone(), a.v.name.clone()]
+        });
+    let [qk, softmax, v] = &names;
+    let mut blocks = vec![Block::Text(format!(
+        "Kernel time inside the NVTX ranges `{qk}` and `{v}` (matmul) against `{softmax}` (softmax), in the forward passes of the measured steps (`--attention-ranges` names other ranges). The FLOP ratio 5/(4·head_dim) is what the softmax would cost if time followed FLOPs: per attention score it does about 5 operations (max, subtract, exp, sum, divide) against 2·head_dim for each of the two matmuls. head_dim comes from `--head-dim`, else the run metadata, else the model size (small to xl: 64, 2.7B: 80).",
+    ))];
     if t.rows.is_empty() {
-        blocks.push(Block::Text(
-            "No run has the attention ranges `attention_matmul_QK`, `attention_softmax` and `attention_matmul_V`.".into(),
-        ));
+        blocks.push(Block::Text(format!(
+            "No run has the attention ranges `{qk}`, `{softmax}` and `{v}`; `--attention-ranges QK,SOFTMAX,V` names the ranges a run has.",
+        )));
     } else {
         blocks.extend(matrix_blocks(
             "softmax/matmul kernel time",

@@ -13,7 +13,7 @@ use super::super::charts::{class_bars, series_color, ChartData, ClassBar, LinePl
 use super::super::labels::model_rank;
 use super::super::{Block, NamedChart, ReportSection, TraceRun};
 use super::matrix::{matrix_blocks, Entry};
-use super::{add_plot, phase, precision_rank, step_or_trace, table_block};
+use super::{add_plot, pass_names, phase, precision_rank, step_or_trace, table_block};
 
 fn series_key(r: &RunName) -> Option<(String, String, Option<String>)> {
     Some((r.model.clone()?, r.mode.clone()?, r.precision.clone()))
@@ -37,29 +37,27 @@ pub(super) fn gemm_section(traces: &[&TraceRun], charts: &mut Vec<NamedChart>) -
         Vec::new(),
     ));
 
-    let mut detail = Table::new([
-        "run",
-        "forward %",
-        "backward %",
-        "optimizer %",
-        "step %",
-        "GEMM time/step (ms)",
-    ]);
+    let passes = pass_names(traces);
+    let mut columns = vec!["run".to_owned()];
+    columns.extend(passes.iter().map(|p| format!("{p} %")));
+    columns.extend(["step %".to_owned(), "GEMM time/step (ms)".to_owned()]);
+    let mut detail = Table::new(columns);
     for tr in traces {
         let p = &tr.profile;
         let s = step_or_trace(p);
-        detail.push(vec![
-            Cell::text(&tr.label),
-            opt_pct(phase(p, "forward").and_then(|f| f.gemm_fraction)),
-            opt_pct(phase(p, "backward").and_then(|f| f.gemm_fraction)),
-            opt_pct(phase(p, "optimizer").and_then(|f| f.gemm_fraction)),
-            opt_pct(s.gemm_fraction),
-            if s.steps > 0 {
-                ms(s.gemm_ns as f64 / s.steps as f64)
-            } else {
-                Cell::Missing
-            },
-        ]);
+        let mut row = vec![Cell::text(&tr.label)];
+        row.extend(
+            passes
+                .iter()
+                .map(|name| opt_pct(phase(p, name).and_then(|f| f.gemm_fraction))),
+        );
+        row.push(opt_pct(s.gemm_fraction));
+        row.push(if s.steps > 0 {
+            ms(s.gemm_ns as f64 / s.steps as f64)
+        } else {
+            Cell::Missing
+        });
+        detail.push(row);
     }
     blocks.push(table_block(Some("GEMM % per pass"), detail, Vec::new()));
 

@@ -7,22 +7,18 @@ use crate::render::cells::{ms, opt_float, opt_ms, pct};
 use crate::render::{Cell, Table};
 
 use super::super::{Block, ReportSection, TraceRun};
-use super::{phase, table_block};
+use super::{pass_names, phase, table_block};
 
 /// Kernel names in tables are cut to this many characters.
 const NAME_WIDTH: usize = 70;
 
 pub(super) fn times(traces: &[&TraceRun]) -> ReportSection {
-    let columns = [
-        "run",
-        "steps",
-        "forward (ms)",
-        "backward (ms)",
-        "optimizer (ms)",
-        "step (ms)",
-    ];
-    let mut wall = Table::new(columns);
-    let mut kernel = Table::new(columns);
+    let passes = pass_names(traces);
+    let mut columns = vec!["run".to_owned(), "steps".to_owned()];
+    columns.extend(passes.iter().map(|p| format!("{p} (ms)")));
+    columns.push("step (ms)".to_owned());
+    let mut wall = Table::new(columns.iter().map(String::as_str));
+    let mut kernel = Table::new(columns.iter().map(String::as_str));
     for tr in traces {
         let p = &tr.profile;
         let steps = if p.measured_steps > 0 {
@@ -32,7 +28,7 @@ pub(super) fn times(traces: &[&TraceRun]) -> ReportSection {
         };
         let mut w = vec![Cell::text(&tr.label), steps.clone()];
         let mut k = vec![Cell::text(&tr.label), steps];
-        for name in ["forward", "backward", "optimizer"] {
+        for name in &passes {
             let f = phase(p, name);
             w.push(opt_ms(f.and_then(|f| f.wall_ns_per_step)));
             k.push(opt_ms(f.and_then(|f| f.kernel_ns_per_step)));
@@ -46,7 +42,7 @@ pub(super) fn times(traces: &[&TraceRun]) -> ReportSection {
         id: "time_per_step",
         title: "Forward, backward and step time".into(),
         blocks: vec![
-            Block::Text("Per measured step (NVTX ranges `step_N`; warm-up steps outside them are left out). Wall time is the NVTX range from push to pop on the CPU, which with a synchronize at the end of each pass is what a timer around the pass measures; GPU kernel time sums the durations of the kernels each pass launched (attributed by their launch call, any thread of the process). `-`: the run has no such pass (a forward-only run) or no step ranges.".into()),
+            Block::Text("Per measured step (NVTX ranges `step_N`, or what `--steps` names; warm-up steps outside them are left out), per pass (the ranges `forward`, `backward` and `optimizer`, or what `--phases` names). Wall time is the NVTX range from push to pop on the CPU, which with a synchronize at the end of each pass is what a timer around the pass measures; GPU kernel time sums the durations of the kernels each pass launched (attributed by their launch call, any thread of the process, or with `--attribution thread` the range's own thread). `-`: the run has no such pass (a forward-only run) or no step ranges.".into()),
             table_block(Some("Wall time per step"), wall, Vec::new()),
             table_block(Some("GPU kernel time per step"), kernel, Vec::new()),
         ],

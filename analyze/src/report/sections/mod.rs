@@ -103,6 +103,23 @@ fn precision_rank(p: &Option<String>) -> (usize, Option<String>) {
     (rank, p.clone())
 }
 
+/// The passes the runs' profiles report (`forward`, `backward`, `optimizer`, or what
+/// `--phases` named), in the order the profiles list them.
+fn pass_names(traces: &[&TraceRun]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for tr in traces {
+        for f in &tr.profile.phases {
+            if !names.contains(&f.name) {
+                names.push(f.name.clone());
+            }
+        }
+    }
+    if names.is_empty() {
+        names = crate::profile::DEFAULT_PHASES.map(str::to_owned).to_vec();
+    }
+    names
+}
+
 fn phase<'a>(p: &'a Profile, name: &str) -> Option<&'a PhaseProfile> {
     p.phases.iter().find(|f| f.name == name)
 }

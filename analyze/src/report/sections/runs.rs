@@ -6,6 +6,7 @@ use crate::model::trace::SourceFormat;
 use crate::render::cells::{opt_int, opt_text};
 use crate::render::{Cell, Table};
 
+use super::super::labels::Labelled;
 use super::super::{Inputs, ReportSection};
 use super::{sorted_snapshots, sorted_traces, table_block};
 
@@ -44,7 +45,10 @@ pub(super) fn inventory(inputs: &Inputs) -> ReportSection {
     for tr in sorted_traces(inputs) {
         let mut row = vec![Cell::text(&tr.label), Cell::text(format_name(tr.format))];
         row.extend(run_cells(&tr.run));
-        row.push(Cell::text(tr.label_source.as_str()));
+        row.push(Cell::text(Labelled::source_text(
+            tr.label_source,
+            &tr.label_guessed,
+        )));
         row.push(Cell::text(format!(
             "{} kernels, {} measured steps",
             tr.kernels, tr.profile.measured_steps
@@ -55,7 +59,10 @@ pub(super) fn inventory(inputs: &Inputs) -> ReportSection {
     for s in sorted_snapshots(inputs) {
         let mut row = vec![Cell::text(&s.label), Cell::text("memory snapshot")];
         row.extend(run_cells(&s.run));
-        row.push(Cell::text(s.label_source.as_str()));
+        row.push(Cell::text(Labelled::source_text(
+            s.label_source,
+            &s.label_guessed,
+        )));
         let mut contents = format!("{} allocator events", s.memory.trace_entries);
         if s.memory.oom_events > 0 {
             contents.push_str(&format!(", {} out-of-memory events", s.memory.oom_events));
@@ -84,6 +91,18 @@ pub(super) fn inventory(inputs: &Inputs) -> ReportSection {
     let mut notes = vec![
         "Runs are named from the run metadata a file carries (`collect --trace` writes model, ctx, batch, mode and precision), else from its file name (`..._{size}_ctx{N}_{fwd|forward|train}_{fp32|bf16}...`), else as `--label FILE=LABEL` says (a given label wins).".to_owned(),
     ];
+    let guessed = inputs
+        .traces
+        .iter()
+        .map(|t| t.label_guessed.len())
+        .chain(inputs.snapshots.iter().map(|s| s.label_guessed.len()))
+        .filter(|&n| n > 0)
+        .count();
+    if guessed > 0 {
+        notes.push(format!(
+            "{guessed} runs have fields guessed from their file names (`guessed` in `label from`): sizes `small` to `xl` and `2.7B`/`2_7B`/`2p7b`, `ctxN`/`contextN`/`seqN` or a number right after the size, `fwd`/`forward`/`inference` or `train`/`training`/`fullstep`, and the precision: a data type (`fp32`, `bf16`, `fp16`), else `amp`/`mixed`/`autocast` as bf16 unless negated (`without_mixed`, `no_amp`, `full_precision` are fp32). A wrong guess is corrected with `--label FILE=LABEL`."
+        ));
+    }
     if !inputs.skipped.is_empty() {
         notes.push(format!(
             "{} files found in the folders were skipped; see [Skipped files](#skipped-files).",
