@@ -23,11 +23,13 @@ use crate::Outcome;
                   optimizer, measured steps), kernel families, kernel classes, kernels, ranges. \
                   Snapshots: peak allocated and reserved, categories at the peak, allocations at \
                   the peak by category and frame. Every table is sorted by the size of the \
-                  change.\n\n\
+                  change. When the two traces ran different amounts of work (kernel instance \
+                  counts differ by more than 2%), time per call at A's instance counts leads, \
+                  with a warning, and its table lists the largest per-call rises first.\n\n\
                   Exit status: 0 when the comparison was printed (and the --fail-if-slower check \
-                  passed), 1 when B's GPU time per measured step (its total GPU kernel time when \
-                  either trace has no measured steps) is more than PCT% above A's, 2 for \
-                  unreadable input or bad usage."
+                  passed), 1 when B's headline figure (time per call when the work differs, \
+                  else GPU time per measured step, else total GPU kernel time) is more than PCT% \
+                  above A's, 2 for unreadable input or bad usage."
 )]
 pub struct Args {
     /// The baseline trace or snapshot.
@@ -37,12 +39,16 @@ pub struct Args {
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
-    /// Exit 1 when B's GPU time per measured step (kernels and CUDA graphs; total GPU kernel
-    /// time when either trace has no measured steps) is more than PCT percent above A's, naming
-    /// the kernels that got slower (GPU traces only).
+    /// Exit 1 when B is more than PCT percent slower than A, naming the kernels that got
+    /// slower (GPU traces only). When the two ran different amounts of work (kernel instance
+    /// counts differ by more than 2%, in total or for a kernel both ran), the check judges time
+    /// per call: B's average per kernel at A's instance counts; else GPU time per measured step
+    /// (kernels and CUDA graphs), or total GPU kernel time when either trace has no measured
+    /// steps.
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_if_slower: Option<f64>,
-    /// Rows per kernel, family, class and allocation table (0: all). JSON always has every row.
+    /// Rows per table (kernels, families, classes, per-call changes, passes, ranges,
+    /// allocations; 0: all). CSV and JSON always have every row.
     #[arg(long, default_value_t = 25)]
     pub limit: usize,
     /// Print whole kernel names instead of cutting them at 100 characters.
@@ -110,6 +116,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     analyze::cli::print(&render_to_string(args.format, &doc))?;
 
     let Some(threshold) = args.fail_if_slower else {
+        // Tables carry the warning in their notes; CSV and JSON do not.
+        if !for_people && comparison.per_call_leads() {
+            eprintln!(
+                "{}",
+                compare::tables::work_warning(&comparison, &comparison.work())
+            );
+        }
         return Ok(Outcome::Success);
     };
     match compare::check_slower(&comparison, threshold) {

@@ -13,13 +13,17 @@
 //! grouped under their operator), for labels present in both traces;
 //! passes (forward, backward, optimizer, the measured steps) per step through
 //! [`crate::profile::profile`] ([`passes`]), with the GEMM fraction of each. Rows are sorted by
-//! impact: the absolute change in total time. Everything here is pure and returns data
+//! impact: the absolute change in total time. When the two traces ran different amounts of work
+//! (their kernel instance counts differ), totals measure the work, not the speed: [`per_call`]
+//! then gives each kernel's time per call weighted by A's instances, and [`check_slower`]
+//! judges that. Everything here is pure and returns data
 //! ([`Comparison`], [`memory::MemoryComparison`], [`Regression`]); [`tables`] lays the results out
 //! as tables and says what a failed [`check_slower`] prints. The command line decides the exit
 //! code.
 
 pub mod memory;
 pub mod passes;
+pub mod per_call;
 pub mod tables;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,6 +37,7 @@ use crate::profile::ranges::{group_name, untraced_graphs};
 use crate::profile::{profile, ProfileOptions};
 
 use self::passes::{pass_deltas, PassDelta};
+use self::per_call::Work;
 pub use self::tables::{document, DocumentOptions};
 
 /// Count and total time of a kernel (or group, or range) in one trace.
@@ -143,6 +148,9 @@ pub struct TraceSummary {
     pub kernel_time: Nanos,
     pub kernel_instances: u64,
     pub distinct_kernels: usize,
+    /// CUDA graph executions without per-kernel detail: each counts as one instance (a row
+    /// `[CUDA graph N]`), however many kernels it ran.
+    pub untraced_graph_executions: u64,
 }
 
 /// How kernels are grouped besides by name. Both functions receive the GNU-demangled kernel
@@ -207,10 +215,25 @@ pub struct Comparison {
     pub gemm_fraction: Option<GemmFraction>,
 }
 
+/// Which figure a comparison leads with and `--fail-if-slower` judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// Kernel time per call at A's instance counts ([`per_call::PerCall`]): the two traces ran
+    /// different amounts of work, so totals would mistake less work for faster work.
+    PerCall,
+    /// GPU time per measured step: both traces have measured steps and ran the same work.
+    PerStep,
+    /// The whole traces' GPU kernel time.
+    Total,
+}
+
 /// The figure a comparison leads with and `--fail-if-slower` judges.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Headline {
-    /// What is compared: `GPU time per measured step` or `GPU kernel time`.
+    pub basis: Basis,
+    /// What is compared: `GPU kernel time per call at A's instance counts`, `GPU time per
+    /// measured step` or `GPU kernel time`.
     pub figure: &'static str,
     pub a_ns: f64,
     pub b_ns: f64,
@@ -222,28 +245,46 @@ pub struct Headline {
 const MEASURED_STEPS: &str = "measured steps";
 
 impl Comparison {
-    /// GPU time per measured step (kernels and CUDA graphs executed without per-kernel detail, as
-    /// `analyze profile` gives each trace's measured steps) when both traces have measured steps,
-    /// so that work outside them (warm-up, compilation, autotuning) does not move it; else the
-    /// whole traces' GPU kernel time.
+    /// When the two traces ran different amounts of work ([`per_call::Work::differs`]) and
+    /// their instance counts can say so (no CUDA graph ran without per-kernel detail) over
+    /// kernels both ran, kernel time per call at A's instance counts; else GPU time per measured
+    /// step (kernels and CUDA graphs executed without per-kernel detail, as `analyze profile`
+    /// gives each trace's measured steps) when both traces have measured steps, so that work
+    /// outside them (warm-up, compilation, autotuning) does not move it; else the whole traces'
+    /// GPU kernel time.
     pub fn headline(&self) -> Headline {
-        let steps = self.passes.iter().find(|p| p.name == MEASURED_STEPS);
-        if let Some(p) = steps {
-            if let (Some(a), Some(b)) = (p.a.kernel_ns_per_step, p.b.kernel_ns_per_step) {
-                return Headline {
-                    figure: "GPU time per measured step",
-                    a_ns: a,
-                    b_ns: b,
-                    change_pct: p.kernel_delta_pct(),
-                };
-            }
+        if self.per_call_leads() {
+            let p = self.per_call();
+            return Headline {
+                basis: Basis::PerCall,
+                figure: "GPU kernel time per call at A's instance counts",
+                a_ns: p.a_ns,
+                b_ns: p.b_ns,
+                change_pct: p.delta_pct(),
+            };
+        }
+        if let Some(h) = self.per_step() {
+            return h;
         }
         Headline {
+            basis: Basis::Total,
             figure: "GPU kernel time",
             a_ns: self.a.kernel_time.as_f64(),
             b_ns: self.b.kernel_time.as_f64(),
             change_pct: self.kernel_time_delta_pct(),
         }
+    }
+
+    /// GPU time per measured step, when both traces have measured steps.
+    pub fn per_step(&self) -> Option<Headline> {
+        let p = self.passes.iter().find(|p| p.name == MEASURED_STEPS)?;
+        Some(Headline {
+            basis: Basis::PerStep,
+            figure: "GPU time per measured step",
+            a_ns: p.a.kernel_ns_per_step?,
+            b_ns: p.b.kernel_ns_per_step?,
+            change_pct: p.kernel_delta_pct(),
+        })
     }
 
     pub fn kernel_time_delta(&self) -> Nanos {
@@ -379,6 +420,7 @@ fn summary(trace: &Trace, totals: &BTreeMap<String, Side>) -> TraceSummary {
         kernel_time: totals.values().map(|s| s.total).sum(),
         kernel_instances: totals.values().map(|s| s.instances).sum(),
         distinct_kernels: totals.len(),
+        untraced_graph_executions: untraced_graphs(trace).iter().filter(|&&u| u).count() as u64,
     }
 }
 
@@ -438,40 +480,56 @@ pub fn compare_traces(
 pub struct Regression {
     /// The allowed increase, in percent.
     pub threshold_pct: f64,
-    /// The measured increase of the [`Comparison::headline`] figure, in percent (`None`: A had
-    /// none).
+    /// The figure judged: [`Comparison::headline`]'s.
+    pub basis: Basis,
+    /// The measured increase of that figure, in percent (`None`: A had none).
     pub change_pct: Option<f64>,
-    /// Kernels whose total time rose, largest rise first.
+    /// Kernels that got slower, largest rise first: in total time, or per call (weighted by
+    /// A's instances) when the basis is per call.
     pub slowed: Vec<Delta>,
+    /// How much work each trace ran.
+    pub work: Work,
 }
 
-/// `Some` when B's [`Comparison::headline`] figure (GPU time per measured step, else total
-/// kernel time) is more than `threshold_pct` percent above A's.
+/// `Some` when B's [`Comparison::headline`] figure (time per call at A's instance counts when
+/// the two ran different amounts of work, else GPU time per measured step, else total kernel
+/// time) is more than `threshold_pct` percent above A's.
 pub fn check_slower(c: &Comparison, threshold_pct: f64) -> Option<Regression> {
     let headline = c.headline();
     let change = headline.change_pct;
     let failed = match change {
         Some(p) => p > threshold_pct,
-        None => headline.b_ns > 0.0,
+        None => headline.basis != Basis::PerCall && headline.b_ns > 0.0,
     };
     if !failed {
         return None;
     }
-    let mut slowed: Vec<Delta> = c
-        .kernels
-        .iter()
-        .filter(|d| d.time_delta().0 > 0)
-        .cloned()
-        .collect();
-    slowed.sort_by(|x, y| {
-        y.time_delta()
-            .cmp(&x.time_delta())
-            .then_with(|| x.name.cmp(&y.name))
-    });
+    let slowed = if headline.basis == Basis::PerCall {
+        c.per_call()
+            .kernels
+            .into_iter()
+            .filter(|d| d.per_call_delta_ns().is_some_and(|x| x > 0.0))
+            .collect()
+    } else {
+        let mut slowed: Vec<Delta> = c
+            .kernels
+            .iter()
+            .filter(|d| d.time_delta().0 > 0)
+            .cloned()
+            .collect();
+        slowed.sort_by(|x, y| {
+            y.time_delta()
+                .cmp(&x.time_delta())
+                .then_with(|| x.name.cmp(&y.name))
+        });
+        slowed
+    };
     Some(Regression {
         threshold_pct,
+        basis: headline.basis,
         change_pct: change,
         slowed,
+        work: c.work(),
     })
 }
 
@@ -551,6 +609,7 @@ mod tests {
                 kernel_time: Nanos(a),
                 kernel_instances: 1,
                 distinct_kernels: 1,
+                untraced_graph_executions: 0,
             },
             b: TraceSummary {
                 path: "b".into(),
@@ -558,6 +617,7 @@ mod tests {
                 kernel_time: Nanos(b),
                 kernel_instances: 1,
                 distinct_kernels: 1,
+                untraced_graph_executions: 0,
             },
             kernels: vec![Delta {
                 name: "k".into(),

@@ -1,5 +1,6 @@
 //! The comparisons as tables: a trace comparison ([`document`]: summary, passes per step,
-//! families, classes, kernels, ranges) and a snapshot comparison ([`memory_document`]: summary,
+//! families, classes, kernels, ranges; led by the per-call figures and a warning when the two
+//! traces ran different amounts of work) and a snapshot comparison ([`memory_document`]: summary,
 //! categories and allocation sites at the peak), each with its JSON shape, which has every row
 //! whatever the options; and what a `--fail-if-slower` check prints ([`check_passed`],
 //! [`check_failed`]). Rows come sorted from the analyses; here they are only cut and laid out.
@@ -13,7 +14,8 @@ use crate::render::{Cell, Document, Section, Table};
 
 use super::memory::{byte_delta, HeldDelta, MemoryComparison};
 use super::passes::PassDelta;
-use super::{pct, Comparison, Delta, Presence, Regression, Side};
+use super::per_call::{PerCall, Work, WORK_TOLERANCE_PCT};
+use super::{pct, Basis, Comparison, Delta, Presence, Regression, Side};
 
 /// Kernel names are cut to this many characters in tables for people.
 pub const NAME_WIDTH: usize = 100;
@@ -107,13 +109,13 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
     let mut summary = Table::new(["Metric", "A", "B", "Δ", "Δ %"]);
     let count = |p: Presence| c.kernels.iter().filter(|d| d.presence() == p).count() as i64;
     let headline = c.headline();
-    if headline.figure != "GPU kernel time" {
+    if let Some(per_step) = c.per_step() {
         summary.push(vec![
-            Cell::text(format!("{} (ns)", headline.figure)),
-            Cell::Float(headline.a_ns, 0),
-            Cell::Float(headline.b_ns, 0),
-            Cell::Float(headline.b_ns - headline.a_ns, 0),
-            opt_float(headline.change_pct, 1),
+            Cell::text(format!("{} (ns)", per_step.figure)),
+            Cell::Float(per_step.a_ns, 0),
+            Cell::Float(per_step.b_ns, 0),
+            Cell::Float(per_step.b_ns - per_step.a_ns, 0),
+            opt_float(per_step.change_pct, 1),
         ]);
     }
     summary.push(vec![
@@ -159,18 +161,27 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
             Cell::Missing,
         ]);
     }
+    let mut summary_notes = vec![
+        format!("A: {} ({})", c.a.path, format_name(c.a.format)),
+        format!("B: {} ({})", c.b.path, format_name(c.b.format)),
+    ];
+    let work = c.work();
+    if work.differs() && !work.counts_measure_work() {
+        summary_notes.push(format!(
+            "Kernel instance counts differ ({} in A, {} in B), but {} CUDA graph executions ran without per-kernel detail (each one instance, however many kernels it ran), so the counts do not measure the work: {} leads, not time per call.",
+            work.a_instances, work.b_instances, work.untraced_graph_executions, headline.figure
+        ));
+    }
     let summary = Section {
         title: Some("Summary".to_owned()),
         table: summary,
-        notes: vec![
-            format!("A: {} ({})", c.a.path, format_name(c.a.format)),
-            format!("B: {} ({})", c.b.path, format_name(c.b.format)),
-        ],
+        notes: summary_notes,
     };
 
     // Ranges have no averages or status: the delta columns up to the instances, then the label.
     let mut phases = Table::new(DELTA_COLUMNS[..6].iter().chain(&["Range"]).copied());
-    for p in &c.phases {
+    let (shown_phases, mut phase_notes) = opts.cut(&c.phases);
+    for p in shown_phases {
         phases.push(vec![
             Cell::Int(p.time_delta().0),
             opt_float(p.time_delta_pct(), 1),
@@ -181,15 +192,19 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
             Cell::text(&p.range),
         ]);
     }
-    let phase_notes = if c.phases.is_empty() {
-        vec!["No range label is in both traces.".to_owned()]
+    if c.phases.is_empty() {
+        phase_notes.push("No range label is in both traces.".to_owned());
+    }
+
+    // Different amounts of work: the per-call figures lead, with the warning.
+    let mut sections = if headline.basis == Basis::PerCall {
+        per_call_sections(c, &c.per_call(), opts)
     } else {
         Vec::new()
     };
-
-    let mut sections = vec![summary];
+    sections.push(summary);
     if !c.passes.is_empty() {
-        sections.push(passes_section(&c.passes));
+        sections.push(passes_section(&c.passes, opts));
     }
     sections.extend([
         delta_section(
@@ -213,7 +228,83 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
     }
 }
 
-fn passes_section(rows: &[PassDelta]) -> Section {
+/// One line saying that the traces ran different amounts of work, with the counts that say so.
+pub fn work_warning(c: &Comparison, work: &Work) -> String {
+    let mut why = format!(
+        "kernel instances {} in A, {} in B ({})",
+        work.a_instances,
+        work.b_instances,
+        work.instances_delta_pct()
+            .map_or("new".to_owned(), |p| format!("{p:+.1}%"))
+    );
+    if work.kernels_differing > 0 {
+        why.push_str(&format!(
+            "; {} of the {} kernels both ran differ in count by more than {WORK_TOLERANCE_PCT}%",
+            work.kernels_differing, work.kernels_in_both
+        ));
+    }
+    format!(
+        "warning: the two traces ran different amounts of work ({why}), so total kernel time ({}) measures the work, not the speed: the per-call figures, B's average time per call at A's instance counts, lead.",
+        describe_change(c.kernel_time_delta_pct())
+    )
+}
+
+/// The per-call headline and the kernels both traces ran, largest per-call rise first.
+fn per_call_sections(c: &Comparison, p: &PerCall, opts: &DocumentOptions) -> Vec<Section> {
+    let mut headline = Table::new(["Metric", "A", "B", "Δ", "Δ %"]);
+    headline.push(vec![
+        Cell::text("GPU kernel time per call at A's instance counts (ns)"),
+        Cell::Float(p.a_ns, 0),
+        Cell::Float(p.b_ns, 0),
+        Cell::Float(p.delta_ns(), 0),
+        opt_float(p.delta_pct(), 1),
+    ]);
+    let mut notes = vec![work_warning(c, &c.work())];
+    if let Some(cov) = p.coverage {
+        notes.push(format!(
+            "Over the {} kernels both traces ran, {:.1}% of A's kernel time; kernels only one ran have no per-call change (see Kernels).",
+            p.kernels.len(),
+            cov * 100.0
+        ));
+    }
+    let mut t = Table::new([
+        "Δ at A's count (ns)",
+        "Δ avg %",
+        "A Avg (ns)",
+        "B Avg (ns)",
+        "A Inst",
+        "B Inst",
+        "Class",
+        "Kernel",
+    ]);
+    let (shown, cut_notes) = opts.cut(&p.kernels);
+    for d in shown {
+        t.push(vec![
+            opt_float(d.per_call_delta_ns(), 0),
+            opt_float(d.per_call_delta_pct(), 1),
+            avg_cell(&d.a),
+            avg_cell(&d.b),
+            Cell::Int(d.a.instances as i64),
+            Cell::Int(d.b.instances as i64),
+            Cell::text(&d.class),
+            Cell::text(truncate(&d.name, opts.name_width)),
+        ]);
+    }
+    vec![
+        Section {
+            title: Some("Per call (the traces ran different amounts of work)".to_owned()),
+            table: headline,
+            notes,
+        },
+        Section {
+            title: Some("Per-call change by kernel, largest rise first".to_owned()),
+            table: t,
+            notes: cut_notes,
+        },
+    ]
+}
+
+fn passes_section(rows: &[PassDelta], opts: &DocumentOptions) -> Section {
     let mut t = Table::new([
         "Δ Kernel/step (ms)",
         "Δ %",
@@ -226,7 +317,8 @@ fn passes_section(rows: &[PassDelta]) -> Section {
         "Δ GEMM (points)",
         "Pass",
     ]);
-    for p in rows {
+    let (shown, mut notes) = opts.cut(rows);
+    for p in shown {
         t.push(vec![
             opt_ms(p.kernel_delta_ns()),
             opt_float(p.kernel_delta_pct(), 1),
@@ -240,12 +332,13 @@ fn passes_section(rows: &[PassDelta]) -> Section {
             Cell::text(&p.name),
         ]);
     }
+    notes.insert(0,
+            "Per measured step (`step_N` ranges), as `analyze profile` reports each trace: GPU kernel time, NVTX wall time and GEMM share of each pass.".to_owned(),
+    );
     Section {
         title: Some("Passes per step".to_owned()),
         table: t,
-        notes: vec![
-            "Per measured step (`step_N` ranges), as `analyze profile` reports each trace: GPU kernel time, NVTX wall time and GEMM share of each pass.".to_owned(),
-        ],
+        notes,
     }
 }
 
@@ -266,6 +359,35 @@ fn delta_json(d: &Delta) -> serde_json::Value {
         "time_delta_pct": d.time_delta_pct(),
         "a": {"instances": d.a.instances, "total_ns": d.a.total, "avg_ns": d.a.average()},
         "b": {"instances": d.b.instances, "total_ns": d.b.total, "avg_ns": d.b.average()},
+    })
+}
+
+fn work_json(w: &Work) -> serde_json::Value {
+    json!({
+        "a_instances": w.a_instances,
+        "b_instances": w.b_instances,
+        "instances_delta_pct": w.instances_delta_pct(),
+        "kernels_in_both": w.kernels_in_both,
+        "kernels_differing": w.kernels_differing,
+        "differs": w.differs(),
+        "untraced_graph_executions": w.untraced_graph_executions,
+        "counts_measure_work": w.counts_measure_work(),
+    })
+}
+
+fn per_call_json(p: &PerCall) -> serde_json::Value {
+    json!({
+        "a_ns": p.a_ns,
+        "b_ns": p.b_ns,
+        "delta_ns": p.delta_ns(),
+        "delta_pct": p.delta_pct(),
+        "coverage": p.coverage,
+        "kernels": p.kernels.iter().map(|d| {
+            let mut v = delta_json(d);
+            v["per_call_delta_ns"] = json!(d.per_call_delta_ns());
+            v["per_call_delta_pct"] = json!(d.per_call_delta_pct());
+            v
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -292,6 +414,8 @@ pub fn comparison_json(c: &Comparison) -> serde_json::Value {
         "headline": c.headline(),
         "kernel_time_delta_ns": c.kernel_time_delta(),
         "kernel_time_delta_pct": c.kernel_time_delta_pct(),
+        "work": work_json(&c.work()),
+        "per_call": per_call_json(&c.per_call()),
         "families": c.families.iter().map(delta_json).collect::<Vec<_>>(),
         "classes": c.classes.iter().map(delta_json).collect::<Vec<_>>(),
         "kernels": c.kernels.iter().map(delta_json).collect::<Vec<_>>(),
@@ -446,18 +570,25 @@ fn describe_change(pct: Option<f64>) -> String {
     }
 }
 
-/// The line a passed `--fail-if-slower` check prints.
+/// What a passed `--fail-if-slower` check prints: the change judged, and the warning when the
+/// traces ran different amounts of work.
 pub fn check_passed(c: &Comparison, threshold_pct: f64) -> String {
     let h = c.headline();
-    format!(
+    let mut msg = format!(
         "check passed: {} {} (allowed: +{threshold_pct}%)\n",
         h.figure,
         describe_change(h.change_pct)
-    )
+    );
+    if h.basis == Basis::PerCall {
+        msg.push_str(&work_warning(c, &c.work()));
+        msg.push('\n');
+    }
+    msg
 }
 
 /// What a failed `--fail-if-slower` check prints: the change, then the kernels that slowed,
-/// largest rise first, their names cut to [`NAME_WIDTH`].
+/// largest rise first (per call when the traces ran different amounts of work), their names cut
+/// to [`NAME_WIDTH`].
 pub fn check_failed(c: &Comparison, r: &Regression) -> String {
     let threshold = r.threshold_pct;
     let h = c.headline();
@@ -468,16 +599,27 @@ pub fn check_failed(c: &Comparison, r: &Regression) -> String {
         h.a_ns,
         h.b_ns,
     );
-    msg.push_str("slowed kernels, largest rise first:\n");
+    if r.basis == Basis::PerCall {
+        msg.push_str(&work_warning(c, &r.work));
+        msg.push_str("\nkernels slower per call, largest rise first (at A's instance counts):\n");
+    } else {
+        msg.push_str("slowed kernels, largest rise first:\n");
+    }
     for d in r.slowed.iter().take(SLOWED_SHOWN) {
-        let pct = d
-            .time_delta_pct()
-            .map_or("new".to_owned(), |p| format!("{p:+.1}%"));
-        msg.push_str(&format!(
-            "  {:+} ns ({pct})  {}\n",
-            d.time_delta().0,
-            truncate(&d.name, NAME_WIDTH)
-        ));
+        let line = match r.basis {
+            Basis::PerCall => format!(
+                "  {:+.0} ns ({:+.1}% per call)",
+                d.per_call_delta_ns().unwrap_or(0.0),
+                d.per_call_delta_pct().unwrap_or(0.0)
+            ),
+            Basis::PerStep | Basis::Total => {
+                let pct = d
+                    .time_delta_pct()
+                    .map_or("new".to_owned(), |p| format!("{p:+.1}%"));
+                format!("  {:+} ns ({pct})", d.time_delta().0)
+            }
+        };
+        msg.push_str(&format!("{line}  {}\n", truncate(&d.name, NAME_WIDTH)));
     }
     if r.slowed.len() > SLOWED_SHOWN {
         msg.push_str(&format!(
