@@ -75,7 +75,8 @@ pub struct Args {
     /// Compare the files in pairs: BASELINE OTHER [BASELINE OTHER ...].
     #[arg(long)]
     pub compare: bool,
-    /// CUDA device to analyse (default: the one with the highest peak).
+    /// CUDA device to analyse (default: the one with the highest peak); a device a snapshot
+    /// does not have is an error naming the ones it has.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// Output format: table, csv, json or markdown.
@@ -101,6 +102,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut analyses: Vec<Analysis> = Vec::with_capacity(args.files.len());
     for (i, path) in args.files.iter().enumerate() {
         let snap = analyze::formats::load_snapshot(path)?;
+        if let Some(device) = args.device {
+            summary::check_device(&snap, device, path)?;
+        }
         let opts = MemoryOptions {
             top: args.top,
             device: args.device,

@@ -113,6 +113,14 @@ pub enum Error {
     /// A `--label FILE=LABEL` whose file is not among the inputs.
     #[error("{}: --label names a file that is not among the inputs", path.display())]
     UnmatchedLabel { path: PathBuf },
+
+    /// A device asked for (`memory --device N`) that the snapshot has no segments or trace for.
+    #[error("{}: no device {device} in this snapshot (it has {})", path.display(), describe_devices(present))]
+    NoSuchDevice {
+        path: PathBuf,
+        device: i64,
+        present: Vec<i64>,
+    },
 }
 
 fn budget_source(source: &str) -> String {
@@ -130,6 +138,20 @@ fn describe_tables(tables: &[String]) -> String {
         tables.join(", ")
     } else {
         format!("{}, ... ({} tables)", tables[..5].join(", "), tables.len())
+    }
+}
+
+fn describe_devices(devices: &[i64]) -> String {
+    match devices {
+        [] => "no device".to_owned(),
+        [d] => format!("device {d}"),
+        many => format!(
+            "devices {}",
+            many.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

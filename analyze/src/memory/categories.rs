@@ -376,6 +376,8 @@ struct FrameFacts {
     user: bool,
     /// `torch/nn/modules/module.py`'s `_call_impl`: the boundary of an `nn.Module` call.
     module_call: bool,
+    /// A Python frame (any file, the user's or a library's), not a C++ one.
+    python: bool,
 }
 
 fn frame_facts(f: &Frame) -> FrameFacts {
@@ -384,6 +386,7 @@ fn frame_facts(f: &Frame) -> FrameFacts {
         op: f.aten_op().map(str::to_owned),
         user: f.is_user_code(),
         module_call: f.is_module_call(),
+        python: f.is_python(),
     }
 }
 
@@ -477,6 +480,19 @@ impl<'a> Categorizer<'a> {
             .iter()
             .copied()
             .filter(|&f| self.facts[f as usize].user)
+    }
+
+    /// Whether `stack` has frames and all of them are Python's: recorded with
+    /// `stacks="python"` (or by PyTorch 2.10 and later without C++ frames), so its operators and
+    /// autograd nodes are not seen.
+    pub fn python_only(&self, stack: StackId) -> bool {
+        let s = self.frames.stack(stack);
+        !s.is_empty() && s.iter().all(|&f| self.facts[f as usize].python)
+    }
+
+    /// Whether two stacks hold the same frames (two ids may: a writer need not intern them).
+    pub fn same_frames(&self, a: StackId, b: StackId) -> bool {
+        a == b || self.frames.stack(a) == self.frames.stack(b)
     }
 
     /// ATen operators on the stack, innermost first.

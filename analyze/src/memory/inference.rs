@@ -1,27 +1,39 @@
 //! The category of every allocation: the rules of [`super::categories`], then what the trace
 //! shows beyond one stack.
 //!
+//! - A backward allocation that outlives the backward pass is a parameter gradient (autograd
+//!   often hands a node's output to `AccumulateGrad` as the gradient itself), and an optimizer
+//!   allocation that outlives its step is optimizer state (hand-written optimizers replace their
+//!   state tensors every step).
+//! - Gradients also come from where the stack cannot name them: made before recording began by
+//!   a backward op (`BmmBackward0`, `ToCopyBackward0`: the block keeps its stack) and still held
+//!   after the backward the window starts in, or made in the window's backward pass with no
+//!   stack at all (recorded with Python frames only, the autograd thread has none) and kept past
+//!   it. Both must have a parameter's size, and there are no more of a size than parameters.
+//! - Allocations made before recording began have no stack. With the gradients known, as many
+//!   of those never freed in the window as there are gradients of each size are parameters and,
+//!   if an optimizer ran in the window, twice as many more are optimizer state (Adam's two
+//!   moments). With no gradient known, a training step's sizes may still say it: three kept
+//!   through the window per one freed by the step's `zero_grad` (parameter, two moments,
+//!   gradient), or large sizes that all come in threes (parameter and two moments) or all in
+//!   fours (and the gradient) are split so ([`split_by_counts`]); the rest stay "before
+//!   recording".
+//! - Autocast's low-precision copies of weights, in stacks with Python frames only
+//!   ([`super::autocast`]).
 //! - A forward activation that no rule recognised but that was allocated from the same line of
 //!   user code as recognised ones of exactly one kind takes that kind (the `w1`, `w3` matmuls on
 //!   the line that also calls `silu` are FFN), walking outwards through the user's frames.
 //! - A forward activation of the logits' size (the size of `log_softmax`'s output, or half of it
 //!   in 16-bit precision) is the logits.
-//! - A backward allocation that outlives the backward pass is a parameter gradient (autograd
-//!   often hands a node's output to `AccumulateGrad` as the gradient itself), and an optimizer
-//!   allocation that outlives its step is optimizer state (hand-written optimizers replace their
-//!   state tensors every step).
-//! - Allocations made before recording began have no stack. When the window holds parameter
-//!   gradients, as many of those never freed in the window as there are gradients of each size
-//!   are parameters and, if an optimizer ran in the window, twice as many more are optimizer
-//!   state (Adam's two moments); the rest stay "before recording".
 
 use std::collections::{HashMap, HashSet};
 
+use super::autocast;
 use super::categories::{
     Categorizer, Rules, ACTIVATIONS_OTHER, ACTIVATION_KINDS, BACKWARD, BEFORE_RECORDING, GRADIENTS,
     LOGITS, OPTIMIZER_STATE, OPTIMIZER_TEMP, OTHER, PARAMETERS,
 };
-use super::phases::{spans, Phase};
+use super::phases::{spans, Phase, PhaseSpan};
 use super::timeline::{round_size, Timeline};
 use crate::model::snapshot::{Snapshot, StackId};
 
@@ -46,45 +58,60 @@ pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Vec<St
         })
         .collect();
 
-    gradients_by_lifetime(snap, &c, timeline, &mut out);
-    optimizer_state_by_lifetime(snap, &c, timeline, &mut out);
+    let spans = spans(snap.trace(timeline.device), c.stack_phases());
+    gradients_by_lifetime(&spans, timeline, &mut out);
+    gradients_without_their_node(snap, &c, &spans, timeline, &mut out);
+    optimizer_state_by_lifetime(&spans, timeline, &mut out);
+    before_recording_inference(snap, &c, &spans, timeline, &mut out);
+    autocast::copies_by_size(&c, &spans, timeline, &mut out);
     same_line_inference(&c, timeline, &mut out);
     logits_by_size(&c, timeline, &mut out);
-    before_recording_inference(snap, &c, timeline, &mut out);
     out
+}
+
+/// The last entry of the window's backward passes, and whether entry `e` lies after it or in
+/// an optimizer step: what a gradient outlives.
+struct AfterBackward<'a> {
+    last_backward: Option<usize>,
+    spans: &'a [PhaseSpan],
+}
+
+impl AfterBackward<'_> {
+    fn new(spans: &[PhaseSpan]) -> AfterBackward<'_> {
+        AfterBackward {
+            last_backward: spans
+                .iter()
+                .filter(|s| s.phase == Phase::Backward)
+                .map(|s| s.last_entry)
+                .max(),
+            spans,
+        }
+    }
+
+    fn contains(&self, e: usize) -> bool {
+        self.last_backward.is_some_and(|b| e > b)
+            || self
+                .spans
+                .iter()
+                .any(|s| s.phase == Phase::Optimizer && s.first_entry <= e && e <= s.last_entry)
+    }
 }
 
 /// Backward allocations that outlive the backward pass are parameter gradients: autograd often
 /// hands a node's output buffer to `AccumulateGrad` as the gradient itself (no allocation under
 /// `AccumulateGrad`), and only the lifetime tells it from an activation gradient, which is freed
 /// within the backward pass.
-fn gradients_by_lifetime(
-    snap: &Snapshot,
-    c: &Categorizer<'_>,
-    timeline: &Timeline,
-    out: &mut [String],
-) {
-    let spans = spans(snap.trace(timeline.device), c.stack_phases());
-    let Some(last_backward) = spans
-        .iter()
-        .filter(|s| s.phase == Phase::Backward)
-        .map(|s| s.last_entry)
-        .max()
-    else {
+fn gradients_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
+    let after = AfterBackward::new(spans);
+    if after.last_backward.is_none() {
         return;
-    };
-    let after_backward = |e: usize| {
-        e > last_backward
-            || spans
-                .iter()
-                .any(|s| s.phase == Phase::Optimizer && s.first_entry <= e && e <= s.last_entry)
-    };
+    }
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
         if cat == BACKWARD
             && !a.before_recording()
             && match a.free_entry {
                 None => true,
-                Some(f) => after_backward(f),
+                Some(f) => after.contains(f),
             }
         {
             *cat = GRADIENTS.to_owned();
@@ -92,16 +119,87 @@ fn gradients_by_lifetime(
     }
 }
 
-/// Optimizer allocations that outlive their step are its state: optimizers written
-/// out-of-place (`m = beta1 * m + (1 - beta1) * g`, common in hand-written AdamW) replace their
-/// state tensors every step, so the state is allocated by ordinary arithmetic, not `zeros_like`.
-fn optimizer_state_by_lifetime(
+/// Rounded sizes of the allocations that may be parameters, with their counts: those made
+/// before recording and never freed in the window that no rule placed elsewhere.
+fn parameter_sizes(snap: &Snapshot, timeline: &Timeline, out: &[String]) -> HashMap<u64, usize> {
+    let mut sizes: HashMap<u64, usize> = HashMap::new();
+    for (a, cat) in timeline.allocations.iter().zip(out) {
+        if a.before_recording()
+            && a.free_entry.is_none()
+            && (cat == BEFORE_RECORDING || cat == PARAMETERS)
+        {
+            *sizes
+                .entry(round_size(a.requested, &snap.settings))
+                .or_default() += 1;
+        }
+    }
+    sizes
+}
+
+/// Gradients whose stack does not say so, recognised by a parameter's size and a backward
+/// origin, and by outliving the backward pass:
+/// - made before recording began by a backward op (the end-state block keeps the stack:
+///   `BmmBackward0`, `ToCopyBackward0`, `IndexBackward0`), and not freed within the backward
+///   pass the window starts in (an activation gradient would be);
+/// - made in the window's backward pass with no stack (the autograd thread has no Python
+///   frames, and a trace recorded with Python frames only has nothing else), in a snapshot
+///   whose stacks are Python-only, and kept past the backward pass.
+///
+/// No more of a size become gradients than there are possible parameters of that size. The
+/// autograd thread's other allocations in such a snapshot are the backward pass's own
+/// (activation gradients and temporaries), as its C++ frames would have said.
+fn gradients_without_their_node(
     snap: &Snapshot,
     c: &Categorizer<'_>,
+    spans: &[PhaseSpan],
     timeline: &Timeline,
     out: &mut [String],
 ) {
-    let spans = spans(snap.trace(timeline.device), c.stack_phases());
+    let after = AfterBackward::new(spans);
+    // The backward pass the window starts in, if it starts in one: its last entry.
+    let first_backward_end = spans
+        .first()
+        .filter(|s| s.phase == Phase::Backward)
+        .map(|s| s.last_entry);
+    let python_only = timeline.allocations.iter().any(|a| c.python_only(a.stack));
+    let in_backward = |e: usize| {
+        spans
+            .iter()
+            .any(|s| s.phase == Phase::Backward && s.first_entry <= e && e <= s.last_entry)
+    };
+    let mut room = parameter_sizes(snap, timeline, out);
+    for (i, a) in timeline.allocations.iter().enumerate() {
+        // Made by the autograd thread in a trace whose stacks are Python-only.
+        let autograd_thread = python_only
+            && a.stack == StackId::EMPTY
+            && out[i] == OTHER
+            && a.alloc_entry.is_some_and(in_backward);
+        let candidate = if a.before_recording() {
+            out[i] == BACKWARD
+                && match (a.free_entry, first_backward_end) {
+                    (Some(f), Some(end)) => f > end,
+                    _ => true,
+                }
+        } else {
+            autograd_thread && a.free_entry.is_none_or(|f| after.contains(f))
+        };
+        let key = round_size(a.requested, &snap.settings);
+        match room.get_mut(&key).filter(|n| **n > 0 && candidate) {
+            Some(n) => {
+                *n -= 1;
+                out[i] = GRADIENTS.to_owned();
+            }
+            // The rest of the autograd thread's work: activation gradients and temporaries.
+            None if autograd_thread => out[i] = BACKWARD.to_owned(),
+            None => {}
+        }
+    }
+}
+
+/// Optimizer allocations that outlive their step are its state: optimizers written
+/// out-of-place (`m = beta1 * m + (1 - beta1) * g`, common in hand-written AdamW) replace their
+/// state tensors every step, so the state is allocated by ordinary arithmetic, not `zeros_like`.
+fn optimizer_state_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
     let span_of = |e: usize| {
         spans
             .iter()
@@ -171,28 +269,33 @@ fn logits_by_size(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) 
     }
 }
 
-/// Stackless allocations from before recording: parameters and optimizer state by matching the
-/// sizes of the parameter gradients made in the window.
+/// Stackless allocations from before recording: parameters, gradients and optimizer state,
+/// by matching the sizes of the parameter gradients, or else by the counts of each size.
 fn before_recording_inference(
     snap: &Snapshot,
     c: &Categorizer<'_>,
+    spans: &[PhaseSpan],
     timeline: &Timeline,
     out: &mut [String],
 ) {
     let rounded = |n: u64| round_size(n, &snap.settings);
     let mut grads: HashMap<u64, usize> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
-        if cat == GRADIENTS && !a.before_recording() {
+        if cat == GRADIENTS {
             *grads.entry(rounded(a.requested)).or_default() += 1;
         }
-    }
-    if grads.is_empty() {
-        return;
     }
     let optimizer_ran = snap
         .trace(timeline.device)
         .iter()
         .any(|e| c.phase(e.stack) == Some(Phase::Optimizer));
+    if grads.is_empty() {
+        let training_step = spans.iter().any(|s| s.phase != Phase::Forward);
+        if training_step {
+            split_by_counts(snap, spans, timeline, out);
+        }
+        return;
+    }
     let mut params = grads.clone();
     let mut state: HashMap<u64, usize> = if optimizer_ran {
         grads.iter().map(|(&s, &n)| (s, 2 * n)).collect()
@@ -220,6 +323,79 @@ fn before_recording_inference(
         } else if let Some(n) = state.get_mut(&key).filter(|n| **n > 0) {
             *n -= 1;
             out[i] = OPTIMIZER_STATE.to_owned();
+        }
+    }
+}
+
+/// A training step's stackless block from before recording, split by the counts of its sizes
+/// when no gradient is known. Per size, counting the allocations kept through the window and
+/// those freed after the backward pass (the step's `zero_grad` freeing the gradients):
+/// - three kept per one freed: the parameter and its two Adam moments, and the gradient;
+/// - else, for the sizes of 1 MiB or more that at least three kept allocations share, when all
+///   their counts are multiples of three (and not all of four), the parameter and two moments
+///   per three, or of four (and not all of three), the same and the gradient per four.
+///
+/// Other sizes (inputs, workspaces, buffers such as RoPE tables) stay "before recording".
+fn split_by_counts(snap: &Snapshot, spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
+    let rounded = |n: u64| round_size(n, &snap.settings);
+    let after = AfterBackward::new(spans);
+    // Per size: (kept through the window, freed after the backward pass).
+    let mut counts: HashMap<u64, (usize, usize)> = HashMap::new();
+    for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
+        if cat != BEFORE_RECORDING {
+            continue;
+        }
+        let e = counts.entry(rounded(a.requested)).or_default();
+        match a.free_entry {
+            None => e.0 += 1,
+            Some(f) if after.contains(f) => e.1 += 1,
+            Some(_) => {}
+        }
+    }
+    // Per size: parameters, gradients kept, gradients freed, optimizer state.
+    let mut plan: HashMap<u64, [usize; 4]> = counts
+        .iter()
+        .filter(|(_, &(kept, freed))| freed > 0 && kept == 3 * freed)
+        .map(|(&size, &(_, freed))| (size, [freed, 0, freed, 2 * freed]))
+        .collect();
+    if plan.is_empty() {
+        let large: Vec<(u64, usize)> = counts
+            .iter()
+            .filter(|(&size, &(kept, _))| size >= 1 << 20 && kept >= 3)
+            .map(|(&size, &(kept, _))| (size, kept))
+            .collect();
+        let thirds = large.iter().all(|(_, k)| k % 3 == 0);
+        let quarters = large.iter().all(|(_, k)| k % 4 == 0);
+        let per_param = match (thirds, quarters) {
+            (true, false) => 3,
+            (false, true) => 4,
+            // Both or neither: the sizes do not say.
+            _ => return,
+        };
+        plan = large
+            .into_iter()
+            .map(|(size, kept)| {
+                let params = kept / per_param;
+                let grads = if per_param == 4 { params } else { 0 };
+                (size, [params, grads, 0, 2 * params])
+            })
+            .collect();
+    }
+    for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
+        if cat != BEFORE_RECORDING {
+            continue;
+        }
+        let Some(p) = plan.get_mut(&rounded(a.requested)) else {
+            continue;
+        };
+        let slot = match a.free_entry {
+            None => (0..2).chain(3..4).find(|&k| p[k] > 0),
+            Some(f) if after.contains(f) => (p[2] > 0).then_some(2),
+            Some(_) => None,
+        };
+        if let Some(k) = slot {
+            p[k] -= 1;
+            *cat = [PARAMETERS, GRADIENTS, GRADIENTS, OPTIMIZER_STATE][k].to_owned();
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   caching allocator counts them, including what was allocated before recording began;
 //! - [`phases`] finds forward, backward and optimizer spans from the frames;
 //! - [`categories`] sorts allocations into kinds (parameters, gradients, activations…) by rules,
-//!   and [`inference`] adds what the trace's lifetimes and sizes tell;
+//!   and [`inference`] adds what the trace's lifetimes and sizes tell ([`autocast`]: weight
+//!   copies in stacks without C++ frames);
 //! - [`peak`] reports the peak and the allocations live at it;
 //! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]); [`tables`] lays them
 //!   out as tables, one snapshot or many side by side;
@@ -13,6 +14,7 @@
 //!
 //! Nothing here reads files; [`charts::write_charts`] writes the plot files.
 
+pub mod autocast;
 pub mod categories;
 pub mod charts;
 pub mod inference;

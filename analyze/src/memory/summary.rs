@@ -197,6 +197,21 @@ pub struct Analysis {
     pub annotated_phases: Vec<super::phases::AnnotatedPhase>,
 }
 
+/// Check that `device` is one the snapshot read from `path` has (segments or trace entries on
+/// it): a device it lacks would give a report of zeros.
+pub fn check_device(snap: &Snapshot, device: i64, path: &Path) -> crate::Result<()> {
+    let present = snap.devices();
+    if present.contains(&device) {
+        Ok(())
+    } else {
+        Err(crate::Error::NoSuchDevice {
+            path: path.to_owned(),
+            device,
+            present,
+        })
+    }
+}
+
 /// Analyse one snapshot.
 pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis {
     let devices = snap.devices();

@@ -201,6 +201,21 @@ impl Pickle {
         }
     }
 
+    /// A big integer that fits in 64 unsigned bits (2^63 to 2^64 − 1: a C `size_t` or
+    /// `uint64_t` written by Python as a positive int, as PyTorch writes −1 cast to unsigned),
+    /// as those bits; `None` for any other value.
+    pub fn big_u64(&self, v: Value) -> Option<u64> {
+        let b = self.big_int(v)?;
+        let (low, high) = b.split_at_checked(8)?;
+        let non_negative = b.last().is_some_and(|&top| top & 0x80 == 0);
+        if !non_negative || high.iter().any(|&x| x != 0) {
+            return None;
+        }
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(low);
+        Some(u64::from_le_bytes(buf))
+    }
+
     fn push_list(&mut self, items: Vec<Value>) -> Result<u32, String> {
         let id = arena_id(self.lists.len())?;
         self.lists.push(items);
@@ -809,6 +824,19 @@ mod tests {
         assert_eq!(p.bytes(b[1]), Some(&b"y"[..]));
         let c = p.get(root, "c").unwrap();
         assert_eq!(p.big_int(c).map(|b| b.len()), Some(9));
+        assert_eq!(p.big_u64(c), None, "2**70 does not fit 64 bits");
+    }
+
+    #[test]
+    fn unsigned_64_bit_values_read_as_their_bits() {
+        // pickle.dumps([2**64 - 1, 2**63, -2**64], protocol=2)
+        let data = b"\x80\x02]q\x00(\x8a\t\xff\xff\xff\xff\xff\xff\xff\xff\x00\x8a\t\x00\x00\x00\x00\x00\x00\x00\x80\x00\x8a\t\x00\x00\x00\x00\x00\x00\x00\x00\xffe.";
+        let p = ok(data);
+        let items = p.seq(p.root()).unwrap();
+        assert_eq!(p.big_u64(items[0]), Some(u64::MAX));
+        assert_eq!(p.big_u64(items[1]), Some(1 << 63));
+        assert_eq!(p.big_u64(items[2]), None, "negative");
+        assert_eq!(p.big_u64(Value::Int(5)), None, "only big integers");
     }
 
     #[test]

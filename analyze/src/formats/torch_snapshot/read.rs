@@ -11,7 +11,11 @@
 //! - The oldest, `torch.cuda.memory_snapshot()` pickled as is: a bare list of segments (no trace).
 //!
 //! Keys this reader does not use are ignored (their names are kept in
-//! [`SnapshotFormat::other_keys`]). Frames are interned: PyTorch shares frame lists through the
+//! [`SnapshotFormat::other_keys`]). Sizes and addresses must be non-negative ints of up to 64
+//! bits; fields that only describe (a frame's `line`, a `stream`, a `time_us`) never refuse a
+//! file: a value of up to 64 unsigned bits keeps its bits (PyTorch 2.6 writes some frames of
+//! `torch.compile`'s code with line 2^64 − 1, its `-1` cast to unsigned), anything else is left
+//! empty. Frames are interned: PyTorch shares frame lists through the
 //! pickle memo, and the reader keeps that sharing, so a snapshot with 20,000 entries of 60-frame
 //! stacks holds each distinct frame and stack once. Work is bounded by the input's size, so a
 //! hostile pickle that references one huge list many times is refused, not walked for hours.
@@ -204,12 +208,31 @@ impl<'a> Converter<'a> {
         }
     }
 
-    /// A size or address: a non-negative int. Addresses above 2^63 arrive as Python ints that
-    /// do not fit `i64`; PyTorch never writes those on today's GPUs.
+    /// A size or address: a non-negative int of up to 64 unsigned bits (values from 2^63 on
+    /// arrive as Python ints wider than `i64`).
     fn uint(&self, v: Value, what: What, key: &str) -> Result<u64> {
+        if let Some(u) = self.p.big_u64(v) {
+            return Ok(u);
+        }
         let i = self.int(v, what, key)?;
         u64::try_from(i)
             .map_err(|_| self.err(format!("{} is negative ({i})", field(what, Some(key)))))
+    }
+
+    /// A field that only describes (a frame's line, a stream, a time): its 64 bits when it is
+    /// an int that fits them, `None` for anything else, never an error. PyTorch writes some
+    /// `-1`s cast to unsigned (a frame of `torch.compile`'s generated code has line
+    /// 2^64 − 1 in PyTorch 2.6): such a value keeps its 64 bits, so it reads as the `-1` other
+    /// versions write.
+    fn descriptive_int(&self, v: Value) -> Option<i64> {
+        match v {
+            Value::Int(i) => Some(i),
+            Value::Bool(b) => Some(i64::from(b)),
+            Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18 => {
+                Some(f as i64)
+            }
+            other => self.p.big_u64(other).map(|u| u as i64),
+        }
     }
 
     /// `dict[key]` as an int, or `default` when absent.
@@ -241,6 +264,15 @@ impl<'a> Converter<'a> {
     fn opt_str(&self, dict: Value, key: &str) -> Option<&'a str> {
         let p = self.p;
         p.get(dict, key).and_then(|v| p.str(v))
+    }
+
+    /// A segment's or an entry's stream: a `cudaStream_t`, so its bits; 0 (the default stream)
+    /// when absent or not an int.
+    fn stream(&self, dict: Value) -> u64 {
+        self.p
+            .get(dict, key::STREAM)
+            .and_then(|v| self.descriptive_int(v))
+            .map_or(0, |s| s as u64)
     }
 
     fn snapshot(mut self) -> Result<Snapshot> {
@@ -331,7 +363,7 @@ impl<'a> Converter<'a> {
         let total_size = self.req_uint(s, key::TOTAL_SIZE, what)?;
         let device = self.int_or(s, key::DEVICE, what, 0)?;
         // Streams are pointers; keep their bits.
-        let stream = self.int_or(s, key::STREAM, what, 0)? as u64;
+        let stream = self.stream(s);
         let kind = self
             .opt_str(s, key::SEGMENT_TYPE)
             .map_or(SegmentKind::Unknown, SegmentKind::from_name);
@@ -443,11 +475,8 @@ impl<'a> Converter<'a> {
             None if matches!(action, Action::Snapshot | Action::Other) => 0,
             None => return Err(self.err(format!("{what} has no `size`"))),
         };
-        let stream = self.int_or(e, key::STREAM, what, 0)? as u64;
-        let time_us = match p.get(e, key::TIME_US) {
-            Some(Value::None) | None => None,
-            Some(t) => Some(self.int(t, what, key::TIME_US)?),
-        };
+        let stream = self.stream(e);
+        let time_us = p.get(e, key::TIME_US).and_then(|t| self.descriptive_int(t));
         let stack = match p.get(e, key::FRAMES) {
             Some(f) => self.stack(f, what)?,
             None => StackId::EMPTY,
@@ -532,7 +561,11 @@ impl<'a> Converter<'a> {
         self.spend(p.dict(v).map_or(0, <[_]>::len))?;
         let name = self.opt_str(v, key::NAME).unwrap_or("??").to_owned();
         let filename = self.opt_str(v, key::FILENAME).unwrap_or("??").to_owned();
-        let line = self.int_or(v, key::LINE, what, 0)?;
+        // A line that is not a 64-bit int is left empty (0, as a C++ frame has).
+        let line = p
+            .get(v, key::LINE)
+            .and_then(|l| self.descriptive_int(l))
+            .unwrap_or(0);
         let frame = Frame {
             name,
             filename,
@@ -634,6 +667,7 @@ fn describe_keys(keys: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::pickle::write::PickleWriter;
 
     fn load_bytes(data: &[u8]) -> Result<Snapshot> {
         from_bytes(Path::new("t.pickle"), data)
@@ -693,6 +727,84 @@ mod tests {
         d.extend_from_slice(b"eeu.");
         let e = load_bytes(&d).unwrap_err().to_string();
         assert!(e.contains("too many times"), "{e}");
+    }
+
+    /// A snapshot of one trace entry whose frame line, stream and time are written by `value`.
+    fn entry_with(value: &dyn Fn(&mut PickleWriter)) -> Vec<u8> {
+        let mut w = PickleWriter::new();
+        w.begin_dict();
+        w.key(key::SEGMENTS);
+        w.begin_list();
+        w.end_list();
+        w.key(key::DEVICE_TRACES);
+        w.begin_list();
+        w.begin_list();
+        w.begin_dict();
+        w.key(key::ACTION);
+        w.string("alloc");
+        w.key(key::ADDR);
+        w.uint(u64::MAX - 4095);
+        w.key(key::SIZE);
+        w.uint(512);
+        w.key(key::STREAM);
+        value(&mut w);
+        w.key(key::TIME_US);
+        value(&mut w);
+        w.key(key::FRAMES);
+        w.begin_list();
+        w.begin_dict();
+        w.key(key::NAME);
+        w.string("forward");
+        w.key(key::FILENAME);
+        w.string("<eval_with_key>.3.py");
+        w.key(key::LINE);
+        value(&mut w);
+        w.end_dict();
+        w.end_list();
+        w.end_dict();
+        w.end_list();
+        w.end_list();
+        w.end_dict();
+        w.finish()
+    }
+
+    #[test]
+    fn descriptive_fields_out_of_range_are_kept_or_left_empty() {
+        // 2^64 − 1, as PyTorch 2.6 writes the line of some `torch.compile` frames: kept as -1.
+        let s = load_bytes(&entry_with(&|w| w.uint(u64::MAX))).unwrap();
+        let e = &s.traces[0][0];
+        assert_eq!(s.frames.frame(s.frames.stack(e.stack)[0]).line, -1);
+        assert_eq!((e.stream, e.time_us), (u64::MAX, Some(-1)));
+        assert_eq!(e.addr, u64::MAX - 4095, "addresses use all 64 bits");
+        // A string, a float with a fraction, None: left empty.
+        for odd in [
+            &(|w: &mut PickleWriter| w.string("n/a")) as &dyn Fn(&mut PickleWriter),
+            &|w: &mut PickleWriter| w.float(1.5),
+            &|w: &mut PickleWriter| w.none(),
+        ] {
+            let s = load_bytes(&entry_with(odd)).unwrap();
+            let e = &s.traces[0][0];
+            assert_eq!(s.frames.frame(s.frames.stack(e.stack)[0]).line, 0);
+            assert_eq!((e.stream, e.time_us), (0, None));
+        }
+        // A size is not descriptive: a negative one is still refused.
+        let mut w = PickleWriter::new();
+        w.begin_dict();
+        w.key(key::SEGMENTS);
+        w.begin_list();
+        w.begin_dict();
+        w.key(key::ADDRESS);
+        w.uint(0);
+        w.key(key::TOTAL_SIZE);
+        w.int(-5);
+        w.key(key::BLOCKS);
+        w.begin_list();
+        w.end_list();
+        w.end_dict();
+        w.end_list();
+        w.end_dict();
+        let e = load_bytes(&w.finish()).unwrap_err().to_string();
+        assert!(e.contains("`total_size` is negative"), "{e}");
     }
 
     #[test]
