@@ -28,3 +28,30 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
         None
     }
 }
+
+/// Run the `analyze` binary with `args`.
+pub fn analyze(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_analyze"))
+        .args(args)
+        .output()
+        .expect("the analyze binary runs")
+}
+
+/// Bytes a command printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A command's stdout as JSON, after checking that it exited 0 (its stderr otherwise).
+pub fn json_stdout(out: &std::process::Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// The gzip-compressed fixture `rel` (under `fixtures/`) unpacked into `dir` as `name`.
+pub fn unpacked(rel: &str, dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut input = flate2::read::GzDecoder::new(std::fs::File::open(fixture(rel)).unwrap());
+    std::io::copy(&mut input, &mut std::fs::File::create(&path).unwrap()).unwrap();
+    path
+}

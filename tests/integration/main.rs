@@ -19,6 +19,7 @@ mod collect_fixtures;
 mod collect_plan;
 mod collect_writers;
 mod compare;
+mod compare_work;
 mod cuda_graphs;
 mod ddp;
 mod emit_nvtx;
@@ -30,7 +31,9 @@ mod fuzz_nsys;
 mod fuzz_pickle;
 mod kernel_classes;
 mod kineto;
+mod memory_categories;
 mod memory_cli;
+mod memory_frame_fields;
 mod memory_peaks;
 mod memory_public;
 mod nsys_ingest;
@@ -39,6 +42,7 @@ mod nsys_stats_golden;
 mod profile;
 mod profiler_steps;
 mod report;
+mod report_options;
 
 /// Every `.rs` file beside this one is declared above.
 #[test]
