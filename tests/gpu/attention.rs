@@ -52,7 +52,7 @@ fn download(rt: &Runtime, b: &Buffer) -> Vec<f32> {
     }
 }
 
-/// max |a - b| / max |b|.
+/// max |a - b| / max |b|, or max |a - b| where b vanishes.
 fn rel(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     let num = a
@@ -60,7 +60,14 @@ fn rel(a: &[f32], b: &[f64]) -> f64 {
         .zip(b)
         .map(|(x, y)| (*x as f64 - y).abs())
         .fold(0.0, f64::max);
-    num / b.iter().map(|y| y.abs()).fold(0.0, f64::max).max(1e-30)
+    let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
+    // A gradient that is zero in exact arithmetic (seq 1: one visible key, so dS = 0 and dq = dk
+    // = 0) leaves only f64 rounding residue in the reference: compare it in absolute terms.
+    if den < 1e-9 {
+        num
+    } else {
+        num / den
+    }
 }
 
 /// Output, dq, dk, dv of one implementation.
