@@ -132,3 +132,116 @@ __device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H,
     extern "C" __global__ void tokens_to_heads_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
         tokens_to_heads_body<T>(src, dst, B, Tn, H, dh); }
 FOR_ACT_TYPES(ATTENTION_KERNELS)
+
+// The same RoPE and head moves, 16 bytes per thread (8 bf16 or 4 fp32 elements of one head):
+// d_head a multiple of 16 (so a vector never straddles heads and its cos/sin pairs are 16-byte
+// aligned), the buffers 16-byte aligned, B * T * H * d_head under 2^31. One thread per vector
+// in token-major order, 32-bit index arithmetic; the rotation is the scalar kernels' own
+// arithmetic, so the results are the same bits.
+template <typename T>
+__device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+    constexpr int N = Vec16<T>::N;
+    unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
+    i64 D = (i64)H * dh;
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        unsigned e0 = (idx % nv) * N, rest = idx / nv;
+        unsigned h = rest % H;
+        rest /= H;
+        unsigned t = rest % Tn, b = rest / Tn;
+        i64 src = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
+        i64 dst = (((i64)b * H + h) * Tn + t) * dh + e0;
+        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+        float x[N], y[N], r[N];
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            float4 p = *reinterpret_cast<const float4*>(c + i);
+            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
+        }
+        load_vec16(qkv + src, x);
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            float co = r[i], si = r[i + 1];
+            y[i] = x[i] * co - x[i + 1] * si;
+            y[i + 1] = x[i] * si + x[i + 1] * co;
+        }
+        store_vec16(q + dst, y);
+        load_vec16(qkv + src + D, x);
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            float co = r[i], si = r[i + 1];
+            y[i] = x[i] * co - x[i + 1] * si;
+            y[i + 1] = x[i] * si + x[i + 1] * co;
+        }
+        store_vec16(k + dst, y);
+        *reinterpret_cast<uint4*>(v + dst) = *reinterpret_cast<const uint4*>(qkv + src + 2 * D);
+    }
+}
+
+template <typename T>
+__device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) {
+    constexpr int N = Vec16<T>::N;
+    unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
+    i64 D = (i64)H * dh;
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        unsigned e0 = (idx % nv) * N, rest = idx / nv;
+        unsigned h = rest % H;
+        rest /= H;
+        unsigned t = rest % Tn, b = rest / Tn;
+        i64 dst = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
+        i64 src = (((i64)b * H + h) * Tn + t) * dh + e0;
+        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+        float g[N], y[N], r[N];
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            float4 p = *reinterpret_cast<const float4*>(c + i);
+            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
+        }
+        load_vec16(dq + src, g);
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            float co = r[i], si = r[i + 1];
+            y[i] = g[i] * co + g[i + 1] * si;
+            y[i + 1] = g[i + 1] * co - g[i] * si;
+        }
+        store_vec16(dqkv + dst, y);
+        load_vec16(dk + src, g);
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            float co = r[i], si = r[i + 1];
+            y[i] = g[i] * co + g[i + 1] * si;
+            y[i + 1] = g[i + 1] * co - g[i] * si;
+        }
+        store_vec16(dqkv + dst + D, y);
+        *reinterpret_cast<uint4*>(dqkv + dst + 2 * D) = *reinterpret_cast<const uint4*>(dv + src);
+    }
+}
+
+// [B, H, T, dh] <-> [B, T, H*dh], a 16-byte vector per thread, indexed in token-major order.
+template <typename T>
+__device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, int dh, bool to_tokens) {
+    constexpr int N = Vec16<T>::N;
+    unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv;
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        unsigned e0 = (idx % nv) * N, rest = idx / nv;
+        unsigned h = rest % H;
+        rest /= H;
+        unsigned t = rest % Tn, b = rest / Tn;
+        i64 tok = (i64)idx * N;
+        i64 head = (((i64)b * H + h) * Tn + t) * dh + e0;
+        if (to_tokens)
+            *reinterpret_cast<uint4*>(dst + tok) = *reinterpret_cast<const uint4*>(src + head);
+        else
+            *reinterpret_cast<uint4*>(dst + head) = *reinterpret_cast<const uint4*>(src + tok);
+    }
+}
+
+#define ATTENTION_VEC_KERNELS(S, T) \
+    extern "C" __global__ void rope_fwd_vec_##S(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) { \
+        rope_fwd_vec_body<T>(qkv, cs, q, k, v, B, Tn, H, dh); } \
+    extern "C" __global__ void rope_bwd_vec_##S(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) { \
+        rope_bwd_vec_body<T>(dq, dk, dv, cs, dqkv, B, Tn, H, dh); } \
+    extern "C" __global__ void heads_to_tokens_vec_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
+        move_heads_vec_body<T>(src, dst, B, Tn, H, dh, true); } \
+    extern "C" __global__ void tokens_to_heads_vec_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
+        move_heads_vec_body<T>(src, dst, B, Tn, H, dh, false); }
+FOR_ACT_TYPES(ATTENTION_VEC_KERNELS)

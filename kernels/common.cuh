@@ -58,3 +58,33 @@ __device__ __forceinline__ float block_max(float v) {
 
 // Instantiate a templated kernel body for fp32 and bf16 activations as `name_f32`/`name_bf16`.
 #define FOR_ACT_TYPES(X) X(f32, float) X(bf16, bf16_t)
+
+// 16 bytes of T at p (16-byte aligned) as VEC16<T> floats, and floats back into 16 bytes (bf16
+// rounded to nearest even). Element 2i of a bf16 vector is the low half of its word i.
+template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); };
+
+__device__ __forceinline__ void load_vec16(const float* p, float* o) {
+    float4 v = *reinterpret_cast<const float4*>(p);
+    o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
+}
+
+__device__ __forceinline__ void load_vec16(const bf16_t* p, float* o) {
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        o[2 * i] = __uint_as_float(w[i] << 16);
+        o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ void store_vec16(float* p, const float* o) {
+    *reinterpret_cast<float4*>(p) = make_float4(o[0], o[1], o[2], o[3]);
+}
+
+__device__ __forceinline__ void store_vec16(bf16_t* p, const float* o) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = (unsigned)f32_to_bf16(o[2 * i]) | ((unsigned)f32_to_bf16(o[2 * i + 1]) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}

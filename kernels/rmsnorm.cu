@@ -59,3 +59,74 @@ extern "C" __global__ void rmsnorm_dw(const float* dy, const float* x, const flo
         dw[j] = s;
     }
 }
+
+// The backward of a norm in one pass over dy and x: dx as rmsnorm_bwd computes it (same
+// per-thread order of the dot product, so the same bits), and the gain's gradient summed over
+// this block's rows into dw_part[blockIdx.x][:] (rmsnorm_dw_reduce adds the blocks' sums up, so
+// dw is written once, no atomics). Block b owns rows [b * rows_per_block, ...), 256 threads,
+// thread i the columns i, i + 256, ...: d at most 256 * RMS_BWD_MAX_COLS (4096), the row of dy
+// and x held in registers between the dot product and the writes.
+#define RMS_BWD_THREADS 256
+#define RMS_BWD_MAX_COLS 16
+
+extern "C" __global__ void __launch_bounds__(RMS_BWD_THREADS)
+rmsnorm_bwd_dw_part(const float* dy, const float* x, const float* w, const float* rstd, const float* dres, float* dx,
+                    bf16_t* dx_bf16, float* dw_part, int rows, int rows_per_block, int d) {
+    float wk[RMS_BWD_MAX_COLS], acc[RMS_BWD_MAX_COLS];
+#pragma unroll
+    for (int k = 0; k < RMS_BWD_MAX_COLS; ++k) {
+        int j = threadIdx.x + k * RMS_BWD_THREADS;
+        wk[k] = j < d ? w[j] : 0.0f;
+        acc[k] = 0.0f;
+    }
+    int r0 = blockIdx.x * rows_per_block, r1 = min(rows, r0 + rows_per_block);
+    for (int r = r0; r < r1; ++r) {
+        const float* dyr = dy + (i64)r * d;
+        const float* xr = x + (i64)r * d;
+        float dyv[RMS_BWD_MAX_COLS], xv[RMS_BWD_MAX_COLS];
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < RMS_BWD_MAX_COLS; ++k) {
+            int j = threadIdx.x + k * RMS_BWD_THREADS;
+            dyv[k] = j < d ? dyr[j] : 0.0f;
+            xv[k] = j < d ? xr[j] : 0.0f;
+            if (j < d) dot += dyv[k] * wk[k] * xv[k];
+        }
+        dot = block_sum(dot);
+        float rs = rstd[r];
+        float c = rs * rs * rs * dot / (float)d;
+#pragma unroll
+        for (int k = 0; k < RMS_BWD_MAX_COLS; ++k) {
+            int j = threadIdx.x + k * RMS_BWD_THREADS;
+            if (j < d) {
+                float g = dyv[k] * wk[k] * rs - xv[k] * c;
+                if (dres != 0) g += dres[(i64)r * d + j];
+                dx[(i64)r * d + j] = g;
+                if (dx_bf16 != 0) dx_bf16[(i64)r * d + j] = f32_to_bf16(g);
+                acc[k] += dyv[k] * xv[k] * rs;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < RMS_BWD_MAX_COLS; ++k) {
+        int j = threadIdx.x + k * RMS_BWD_THREADS;
+        if (j < d) dw_part[(i64)blockIdx.x * d + j] = acc[k];
+    }
+}
+
+// dw[j] = sum over the parts p of part[p][j], as rmsnorm_dw sums rows: block (32, 16) owns 32
+// columns, its 16 rows of threads split the parts and add up in shared memory.
+extern "C" __global__ void rmsnorm_dw_reduce(const float* part, float* dw, int parts, int d) {
+    __shared__ float s[16][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (j < d)
+        for (int p = threadIdx.y; p < parts; p += blockDim.y) acc += part[(i64)p * d + j];
+    s[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < d) {
+        float t = 0.0f;
+        for (int k = 0; k < blockDim.y; ++k) t += s[k][threadIdx.x];
+        dw[j] = t;
+    }
+}

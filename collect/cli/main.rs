@@ -14,7 +14,7 @@ use collect::bench::{self, numerics, report, BenchOptions, Recording};
 use collect::gpu::device_memory::AllocatorKind;
 use collect::gpu::ops::Runtime;
 use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
-use collect::transformer::plan;
+use collect::transformer::{plan, OptimizerSchedule, StepOptions};
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
 #[derive(Parser)]
@@ -124,6 +124,16 @@ struct BenchArgs {
     /// PyTorch memory snapshot (pickle; `.gz` compresses) to this file.
     #[arg(long, value_name = "FILE")]
     memory_snapshot: Option<PathBuf>,
+    /// When train steps run AdamW: `overlapped` (each block's update on a second stream as soon
+    /// as its gradients are final, beside the rest of the backward, writing the bf16 weight copy
+    /// too) or `after-backward` (one update over every parameter after the backward, and the
+    /// bf16 copy cast at the next forward).
+    #[arg(long, default_value = "overlapped")]
+    optimizer: String,
+    /// With the overlapped optimizer: SMs left to it while the backward's GEMMs run beside its
+    /// updates (cuBLAS plans them for the others); 0 lets the GEMMs plan for every SM.
+    #[arg(long, default_value_t = 0)]
+    optimizer_sms: u32,
 }
 
 #[derive(Args)]
@@ -343,6 +353,10 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         recording: Recording {
             trace: a.trace,
             memory_snapshot: a.memory_snapshot,
+        },
+        step: StepOptions {
+            optimizer: a.optimizer.parse::<OptimizerSchedule>()?,
+            optimizer_sms: a.optimizer_sms,
         },
     };
     if opts.steps == 0 {

@@ -47,7 +47,7 @@ use crate::memory::snapshot as memory_snapshot;
 use crate::nvtx::{self, range, RangeListener};
 use crate::trace::session::TraceSession;
 use crate::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
-use crate::transformer::{plan, Model};
+use crate::transformer::{plan, Model, StepOptions};
 use report::run_metadata;
 use stats::Stats;
 
@@ -129,6 +129,8 @@ pub struct BenchOptions {
     /// Where device memory comes from (the caching allocator whenever a snapshot is recorded).
     pub allocator: AllocatorKind,
     pub recording: Recording,
+    /// How each step runs (the optimizer's schedule).
+    pub step: StepOptions,
 }
 
 impl BenchOptions {
@@ -276,7 +278,15 @@ pub fn run_one(
     steps: usize,
     seed: u64,
 ) -> Result<Measured> {
-    run_one_with(rt, run, warmup, steps, seed, &Recording::default())
+    run_one_with(
+        rt,
+        run,
+        warmup,
+        steps,
+        seed,
+        &Recording::default(),
+        StepOptions::default(),
+    )
 }
 
 /// Puts the thread's range listener and memory frames back, and switches history recording
@@ -303,7 +313,8 @@ impl Drop for RecordingGuard {
     }
 }
 
-/// [`run_one`], recording what `rec` asks for (file names as given: see [`Recording::for_run`]).
+/// [`run_one`], recording what `rec` asks for (file names as given: see [`Recording::for_run`]),
+/// steps run as `step` says.
 pub fn run_one_with(
     rt: &Runtime,
     run: &RunConfig,
@@ -311,6 +322,7 @@ pub fn run_one_with(
     steps: usize,
     seed: u64,
     rec: &Recording,
+    step: StepOptions,
 ) -> Result<Measured> {
     if steps == 0 {
         return Err(crate::Error::InvalidConfig(
@@ -344,9 +356,11 @@ pub fn run_one_with(
     if let (Some(_), Some(c)) = (&rec.memory_snapshot, &caching) {
         let ctx = c.borrow().context().clone();
         guard.old_frames = Some(memory_frames::install(Some(ctx.clone())));
-        let stream = rt.gpu.stream.clone();
+        let (stream, side) = (rt.gpu.stream.clone(), rt.gpu.side.clone());
         let sync = Box::new(move || {
-            // A failure here is the next call's error too; the recording goes on regardless.
+            // Both streams: an optimizer range's work runs on the optimizer's. A failure here is
+            // the next call's error too; the recording goes on regardless.
+            let _ = side.synchronize();
             let _ = stream.synchronize();
         });
         listeners.push(Box::new(
@@ -360,6 +374,7 @@ pub fn run_one_with(
 
     mem.reset_peak();
     let mut model = Model::new(rt, run, seed)?;
+    model.options = step;
     rt.gpu.synchronize()?;
     let after_build = mem.stats().in_use;
     if warmup > 0 {
@@ -506,7 +521,7 @@ pub fn run_grid(
             opts.steps
         ));
         let rec = opts.recording.for_run(run, grid.len() > 1);
-        let result = run_one_with(rt, run, opts.warmup, opts.steps, opts.seed, &rec);
+        let result = run_one_with(rt, run, opts.warmup, opts.steps, opts.seed, &rec, opts.step);
         // Whatever the configuration held is dropped by now; give the pool's cache back so the
         // next configuration starts from an empty device.
         rt.gpu.memory.release_cached()?;
@@ -583,6 +598,7 @@ mod tests {
             seed: 0,
             allocator: AllocatorKind::Pool,
             recording: Recording::default(),
+            step: StepOptions::default(),
         };
         let g = opts.grid();
         assert_eq!(g.len(), 16);

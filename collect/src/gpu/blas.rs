@@ -15,6 +15,7 @@ use std::ffi::c_void;
 use cudarc::cublas::sys as cb;
 
 use crate::error::{Error, Result};
+use crate::gpu::blas_lt::Lt;
 use crate::gpu::device::Gpu;
 use crate::gpu::device_memory::{Buffer, DType};
 
@@ -36,7 +37,7 @@ impl Mat {
 
 /// Shape of one product `C[m, n] = alpha * op(A) op(B) + beta * C`, row-major, where `op(A)` is
 /// `[m, k]` (A stored `[k, m]` when `ta`) and `op(B)` is `[k, n]` (B stored `[n, k]` when `tb`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Gemm {
     pub ta: bool,
     pub tb: bool,
@@ -45,10 +46,14 @@ pub struct Gemm {
     pub k: usize,
 }
 
+/// cuBLAS and cuBLASLt handles on the main stream, sharing one workspace. Fields drop in
+/// declaration order: the cuBLASLt handle before the workspace it uses.
 pub struct Blas {
+    lt: Lt,
     handle: cb::cublasHandle_t,
     _workspace: Buffer,
     tf32: Cell<bool>,
+    sm_target: Cell<u32>,
 }
 
 fn check(call: &'static str, status: cb::cublasStatus_t) -> Result<()> {
@@ -85,15 +90,22 @@ impl Blas {
             });
         }
         let workspace = gpu.memory.alloc(DType::F32, WORKSPACE_BYTES / 4)?;
+        let lt = Lt::new(
+            gpu.stream.cu_stream() as u64,
+            workspace.ptr(),
+            WORKSPACE_BYTES,
+        )?;
         let mut handle: cb::cublasHandle_t = std::ptr::null_mut();
         // SAFETY: creates a handle in the current (our) context; the stream and workspace outlive
         // it (the workspace is owned by the returned value, the stream by the Gpu).
         unsafe {
             check("cublasCreate", cb::cublasCreate_v2(&mut handle))?;
             let blas = Blas {
+                lt,
                 handle,
                 _workspace: workspace,
                 tf32: Cell::new(false),
+                sm_target: Cell::new(0),
             };
             check(
                 "cublasSetStream",
@@ -116,6 +128,17 @@ impl Blas {
         self.tf32.set(on);
     }
 
+    /// Plan the following products for `sms` SMs (0: the whole device), leaving the others to
+    /// work running beside them on another stream.
+    pub fn set_sm_count_target(&self, sms: u32) -> Result<()> {
+        self.sm_target.set(sms);
+        let n = i32::try_from(sms).unwrap_or(i32::MAX);
+        // SAFETY: the handle is live; the call only sets a field of it.
+        check("cublasSetSmCountTarget", unsafe {
+            cb::cublasSetSmCountTarget(self.handle, n)
+        })
+    }
+
     fn compute_type(&self, operands: DType) -> cb::cublasComputeType_t {
         if operands == DType::F32 && self.tf32.get() {
             cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
@@ -127,6 +150,13 @@ impl Blas {
     /// `C = alpha * op(A) op(B) + beta * C`, row-major, contiguous operands.
     pub fn gemm(&self, g: Gemm, alpha: f32, a: Mat, b: Mat, beta: f32, c: Mat) -> Result<()> {
         self.gemm_batched(g, alpha, a, 0, b, 0, beta, c, 0, 1)
+    }
+
+    /// `D = op(A) op(B) + C` into a buffer other than `C` (fp32 both), through cuBLASLt: the
+    /// residual add without copying the residual first.
+    pub fn gemm_add(&self, g: Gemm, a: Mat, b: Mat, c: Mat, d: Mat) -> Result<()> {
+        self.lt
+            .gemm_add(g, a, b, c, d, self.tf32.get(), self.sm_target.get())
     }
 
     /// `batch` products at strides (in elements) `sa`, `sb`, `sc`.

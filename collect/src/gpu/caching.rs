@@ -6,8 +6,10 @@
 //!
 //! The allocator is shared between this adapter (which `DeviceMemory` owns) and the benchmark,
 //! which resets its peak, switches history recording on and off and takes the snapshot
-//! ([`SharedCaching`]). Everything runs on one thread and one stream, so a `RefCell` is all the
-//! locking needed and a block freed in stream order can be handed out again at once. The
+//! ([`SharedCaching`]). Everything runs on one thread, and every buffer is allocated, used and
+//! freed on the main stream (the optimizer's stream only updates the persistent parameter
+//! buffers), so a `RefCell` is all the locking needed and a block freed in stream order can be
+//! handed out again at once. The
 //! allocator's own segments are freed with `cuMemFree` when it is emptied or dropped; nothing
 //! here launches work. This module depends on [`crate::gpu::device_memory`] (it implements its
 //! [`Allocator`]) and on the allocator, never the other way.

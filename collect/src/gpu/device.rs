@@ -1,5 +1,6 @@
-//! The GPU: finding it, opening its context and the one stream all work runs on, and choosing
-//! where device memory comes from ([`crate::gpu::device_memory`]: the driver's pool, or the
+//! The GPU: finding it, opening its context and its two streams (the main stream all the model's
+//! work runs on, and the optimizer's stream beside it), and choosing where device memory comes
+//! from ([`crate::gpu::device_memory`]: the driver's pool, or the
 //! caching allocator through [`crate::gpu::caching`]). Plain copies and memsets in stream order
 //! live here too. This module launches no kernels.
 
@@ -31,13 +32,18 @@ pub struct DeviceInfo {
     pub multiprocessors: i32,
 }
 
-/// The GPU: context, stream and memory. Fields drop in declaration order: memory before the
-/// stream it frees on, the stream before the context.
+/// The GPU: context, streams and memory. Fields drop in declaration order: memory before the
+/// stream it frees on, the streams before the context.
 pub struct Gpu {
     pub memory: DeviceMemory,
     /// The caching allocator behind `memory`, when it is the one in use.
     pub caching: Option<SharedCaching>,
+    /// The main stream, at the device's highest priority: every allocation, copy, GEMM and kernel
+    /// of the model but the overlapped optimizer's.
     pub stream: Arc<CudaStream>,
+    /// The optimizer's stream, at the lowest priority: AdamW updates that run beside the
+    /// backward, ordered against the main stream by events. It allocates nothing.
+    pub side: Arc<CudaStream>,
     pub ctx: Arc<CudaContext>,
     pub info: DeviceInfo,
 }
@@ -75,11 +81,21 @@ impl Gpu {
     pub fn open_with(allocator: AllocatorKind) -> Result<Gpu> {
         probe()?;
         let ctx = CudaContext::new(0).during("cuDevicePrimaryCtxRetain")?;
-        // All work is on one stream and our buffers are raw pointers: cudarc's per-slice event
-        // tracking would only add calls.
+        // Our buffers are raw pointers, ordered between the two streams by our own events:
+        // cudarc's per-slice event tracking would only add calls.
         // SAFETY: no cudarc CudaSlice is shared between streams in this program.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().during("cuStreamCreate")?;
+        // Numerically lower is higher; the block scheduler starts a waiting block of the main
+        // stream before one of the optimizer's.
+        ctx.bind_to_thread().during("cuCtxSetCurrent")?;
+        let (least, greatest) =
+            cu::stream::get_priority_range().during("cuCtxGetStreamPriorityRange")?;
+        let stream = ctx
+            .new_stream_with_priority(greatest)
+            .during("cuStreamCreateWithPriority")?;
+        let side = ctx
+            .new_stream_with_priority(least)
+            .during("cuStreamCreateWithPriority")?;
         let (memory, caching) = match allocator {
             AllocatorKind::Pool => (
                 DeviceMemory::with_allocator(Box::new(StreamOrderedAllocator::new(&ctx, &stream)?)),
@@ -113,13 +129,21 @@ impl Gpu {
             memory,
             caching,
             stream,
+            side,
             ctx,
             info,
         })
     }
 
+    /// Wait for the main stream (which joins the optimizer's stream at the end of every step).
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().during("cuStreamSynchronize")
+    }
+
+    /// Wait for both streams.
+    pub fn synchronize_all(&self) -> Result<()> {
+        self.side.synchronize().during("cuStreamSynchronize")?;
+        self.synchronize()
     }
 
     /// Device memory in use by every process, as `nvidia-smi` counts it (total minus free).

@@ -4,8 +4,9 @@
 //! requests to an [`Allocator`]. The default allocator is the driver's stream-ordered pool
 //! ([`StreamOrderedAllocator`]); [`AllocatorKind::Caching`] puts the PyTorch-like caching
 //! allocator in its place through its adapter ([`crate::gpu::caching`]), which depends on this
-//! module and never the other way. All work runs on one stream, so a buffer freed in stream order
-//! is never in use by a later kernel. This module launches no kernels and opens no device.
+//! module and never the other way. Every buffer is allocated, used and freed on the main stream
+//! (the optimizer's stream touches only the parameters, gradients and moments, which live as long
+//! as the model), so a buffer freed in stream order is never in use by a later kernel. This module launches no kernels and opens no device.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -56,7 +57,7 @@ impl std::str::FromStr for AllocatorKind {
 }
 
 /// Element type of a device buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     Bf16,

@@ -227,6 +227,15 @@ mod tests {
             "softmax_causal_bwd_bf16",
             "cross_entropy_f32",
             "adamw_x4",
+            "adamw_range_x4",
+            "rmsnorm_bwd_dw_part",
+            "rmsnorm_dw_reduce",
+            "swiglu_fwd_vec_bf16",
+            "swiglu_bwd_vec_f32",
+            "rope_fwd_vec_bf16",
+            "rope_bwd_vec_f32",
+            "heads_to_tokens_vec_bf16",
+            "tokens_to_heads_vec_f32",
         ]
         .into_iter()
         .chain(flash::LAUNCHES.iter().map(|l| l.name))

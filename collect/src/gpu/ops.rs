@@ -39,6 +39,29 @@ impl Runtime {
 
 const THREADS: u32 = 256;
 
+/// The widest row the one-pass norm backward (`rmsnorm_bwd_dw_part`) takes: 256 threads of 16
+/// columns each.
+pub const NORM_BWD_MAX_D: usize = 4096;
+
+/// How the one-pass norm backward splits `rows` rows: (rows per block, blocks), at most 256
+/// blocks, each leaving one row of partial sums of the gain's gradient.
+pub fn norm_bwd_parts(rows: usize) -> (usize, usize) {
+    let per_block = rows.div_ceil(256).max(1);
+    (per_block, rows.div_ceil(per_block))
+}
+
+/// Whether the 16-byte SwiGLU kernels run this shape: `d_ff` a multiple of 8 (a vector of either
+/// type stays in one half of a row) and the gate's elements within 32 bits.
+fn swiglu_vectorized(rows: usize, d_ff: usize) -> bool {
+    d_ff.is_multiple_of(8) && rows * d_ff * 2 < (1 << 31)
+}
+
+/// Whether the 16-byte kernels of `kernels/attention.cu` (RoPE, the moves of heads) run this
+/// shape: heads a multiple of 16 wide and the indices within 32 bits.
+fn heads_vectorized(s: &AttnShape) -> bool {
+    s.d_head.is_multiple_of(16) && s.elements() < (1 << 31)
+}
+
 fn suffix(act: DType) -> &'static str {
     match act {
         DType::Bf16 => "bf16",
@@ -48,15 +71,19 @@ fn suffix(act: DType) -> &'static str {
 
 /// Launch `$name` with `$grid` blocks of `$block` threads (and `$smem` bytes of dynamic shared
 /// memory, 0 when not given) and the arguments given (each an expression of the exact Rust type
-/// of the kernel's parameter: u64 for pointers, i32 for int, i64 for long long, f32 for float).
+/// of the kernel's parameter: u64 for pointers, i32 for int, i64 for long long, f32 for float),
+/// on the main stream, or on the stream given after `on`.
 macro_rules! launch {
     ($rt:expr, $name:expr, $grid:expr, $block:expr; $($arg:expr),* $(,)?) => {
-        launch!($rt, $name, $grid, $block, 0; $($arg),*)
+        launch!(on $rt.gpu.stream, $rt, $name, $grid, $block, 0; $($arg),*)
     };
-    ($rt:expr, $name:expr, $grid:expr, $block:expr, $smem:expr; $($arg:expr),* $(,)?) => {{
+    ($rt:expr, $name:expr, $grid:expr, $block:expr, $smem:expr; $($arg:expr),* $(,)?) => {
+        launch!(on $rt.gpu.stream, $rt, $name, $grid, $block, $smem; $($arg),*)
+    };
+    (on $stream:expr, $rt:expr, $name:expr, $grid:expr, $block:expr, $smem:expr; $($arg:expr),* $(,)?) => {{
         let name: &str = &$name;
         let f = $rt.kernels.get(name)?;
-        let mut builder = $rt.gpu.stream.launch_builder(f);
+        let mut builder = $stream.launch_builder(f);
         // The launch reads each argument through its address: every one gets a binding of its
         // own that lives until then.
         $(
@@ -177,6 +204,34 @@ impl Runtime {
         Ok(())
     }
 
+    /// [`Runtime::rmsnorm_bwd`] and [`Runtime::rmsnorm_dw`] in one pass over `dy` and `x`
+    /// (`d` at most [`NORM_BWD_MAX_D`]): each block's partial sums of the gain's gradient go to
+    /// `parts` (`norm_bwd_parts(rows).1` rows of `d`), then one small kernel adds them into
+    /// `dw`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_bwd_fused(
+        &self,
+        dy: u64,
+        x: u64,
+        w: u64,
+        rstd: u64,
+        dres: u64,
+        dx: u64,
+        dx_bf16: u64,
+        dw: u64,
+        parts: u64,
+        rows: usize,
+        d: usize,
+    ) -> Result<()> {
+        debug_assert!(d <= NORM_BWD_MAX_D);
+        let (per_block, blocks) = norm_bwd_parts(rows);
+        launch!(self, "rmsnorm_bwd_dw_part", (blocks as u32, 1, 1), (THREADS, 1, 1);
+            dy, x, w, rstd, dres, dx, dx_bf16, parts, rows as i32, per_block as i32, d as i32);
+        launch!(self, "rmsnorm_dw_reduce", (d.div_ceil(32) as u32, 1, 1), (32, 16, 1);
+            parts, dw, blocks as i32, d as i32);
+        Ok(())
+    }
+
     /// Split `qkv` `[B*T, 3D]` into head-major q, k, v, rotating q and k.
     #[allow(clippy::too_many_arguments)]
     pub fn rope_fwd(
@@ -189,6 +244,12 @@ impl Runtime {
         v: u64,
         s: AttnShape,
     ) -> Result<()> {
+        if heads_vectorized(&s) {
+            let name = format!("rope_fwd_vec_{}", suffix(act));
+            launch!(self, name, self.stride_grid(s.elements() * act.bytes() / 16), (THREADS, 1, 1);
+                qkv, cs, q, k, v, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+            return Ok(());
+        }
         let name = format!("rope_fwd_{}", suffix(act));
         launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
             qkv, cs, q, k, v, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
@@ -206,6 +267,12 @@ impl Runtime {
         dqkv: u64,
         s: AttnShape,
     ) -> Result<()> {
+        if heads_vectorized(&s) {
+            let name = format!("rope_bwd_vec_{}", suffix(act));
+            launch!(self, name, self.stride_grid(s.elements() * act.bytes() / 16), (THREADS, 1, 1);
+                dq, dk, dv, cs, dqkv, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+            return Ok(());
+        }
         let name = format!("rope_bwd_{}", suffix(act));
         launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
             dq, dk, dv, cs, dqkv, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
@@ -236,20 +303,34 @@ impl Runtime {
     }
 
     pub fn heads_to_tokens(&self, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
-        let name = format!("heads_to_tokens_{}", suffix(act));
-        launch!(self, name, self.stride_grid(s.elements()), (THREADS, 1, 1);
-            src, dst, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
-        Ok(())
+        self.move_heads("heads_to_tokens", act, src, dst, s)
     }
 
     pub fn tokens_to_heads(&self, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
-        let name = format!("tokens_to_heads_{}", suffix(act));
-        launch!(self, name, self.stride_grid(s.elements()), (THREADS, 1, 1);
+        self.move_heads("tokens_to_heads", act, src, dst, s)
+    }
+
+    fn move_heads(&self, kernel: &str, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
+        let (name, n) = if heads_vectorized(&s) {
+            (
+                format!("{kernel}_vec_{}", suffix(act)),
+                s.elements() * act.bytes() / 16,
+            )
+        } else {
+            (format!("{kernel}_{}", suffix(act)), s.elements())
+        };
+        launch!(self, name, self.stride_grid(n), (THREADS, 1, 1);
             src, dst, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
         Ok(())
     }
 
     pub fn swiglu_fwd(&self, act: DType, h13: u64, g: u64, rows: usize, d_ff: usize) -> Result<()> {
+        if swiglu_vectorized(rows, d_ff) {
+            let name = format!("swiglu_fwd_vec_{}", suffix(act));
+            launch!(self, name, self.stride_grid(rows * d_ff * act.bytes() / 16), (THREADS, 1, 1);
+                h13, g, rows as u32, d_ff as u32);
+            return Ok(());
+        }
         let name = format!("swiglu_fwd_{}", suffix(act));
         launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, g, rows as i64, d_ff as i32);
         Ok(())
@@ -264,6 +345,12 @@ impl Runtime {
         rows: usize,
         d_ff: usize,
     ) -> Result<()> {
+        if swiglu_vectorized(rows, d_ff) {
+            let name = format!("swiglu_bwd_vec_{}", suffix(act));
+            launch!(self, name, self.stride_grid(rows * d_ff * act.bytes() / 16), (THREADS, 1, 1);
+                h13, dg, dh13, rows as u32, d_ff as u32);
+            return Ok(());
+        }
         let name = format!("swiglu_bwd_{}", suffix(act));
         launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, dg, dh13, rows as i64, d_ff as i32);
         Ok(())
@@ -377,12 +464,34 @@ impl Runtime {
         Ok(())
     }
 
-    /// One AdamW update over `n` elements (a multiple of 4).
+    /// One AdamW update over `n` elements (a multiple of 4), on the main stream.
     #[allow(clippy::too_many_arguments)]
     pub fn adamw(&self, p: u64, g: u64, m: u64, v: u64, n: usize, h: AdamWStep) -> Result<()> {
         debug_assert_eq!(n % 4, 0);
         launch!(self, "adamw_x4", self.stride_grid(n / 4), (THREADS, 1, 1);
             p, g, m, v, (n / 4) as i64, h.decay, h.beta1, h.beta2, h.eps, h.step_size, h.bc2_sqrt);
+        Ok(())
+    }
+
+    /// The AdamW update of one range of `n` elements (a multiple of 4, 16-byte aligned) on the
+    /// optimizer's stream, writing the updated parameters' bf16 copy to `p_bf16` too (0 for
+    /// none). Ordering it against the main stream is the caller's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adamw_range(
+        &self,
+        p: u64,
+        g: u64,
+        m: u64,
+        v: u64,
+        p_bf16: u64,
+        n: usize,
+        h: AdamWStep,
+    ) -> Result<()> {
+        debug_assert_eq!(n % 4, 0);
+        let blocks = (n / 4).div_ceil(THREADS as usize).max(1) as u32;
+        launch!(on self.gpu.side, self, "adamw_range_x4", (blocks, 1, 1), (THREADS, 1, 1), 0;
+            p, g, m, v, p_bf16, (n / 4) as i64, h.decay, h.beta1, h.beta2, h.eps, h.step_size,
+            h.bc2_sqrt);
         Ok(())
     }
 }

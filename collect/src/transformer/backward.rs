@@ -7,12 +7,18 @@
 //! The gradient of the residual stream ([`ResidualGrad`]) is fp32, with a bf16 copy that the
 //! norms' backward keeps up to date for the GEMMs of a bf16 run. Projections go through
 //! [`super::linear`]; the attention core through [`super::attention`].
+//!
+//! With the overlapped optimizer ([`super::optimizer`]) the backward launches each group's
+//! update as soon as the group's gradients are final: the LM head and final norm after the
+//! final norm's backward, each block after its own, between blocks (outside any module frame).
 
 use super::forward::{Forward, LayerSaved};
+use super::optimizer::Updates;
 use super::Model;
 use crate::error::Result;
 use crate::gpu::blas::Mat;
 use crate::gpu::device_memory::{Buffer, DType};
+use crate::gpu::ops::{norm_bwd_parts, NORM_BWD_MAX_D};
 use crate::memory::frames as memory_frames;
 
 /// The gradient of the residual stream, `[B*T, d_model]`: fp32, and its bf16 copy in a bf16
@@ -45,6 +51,17 @@ impl Model<'_> {
     /// Loss and the backward of every operation; fills the gradient buffer (each gradient is
     /// written, not accumulated). Activations are freed as they are used.
     pub fn backward(&mut self, fwd: Forward) -> Result<()> {
+        self.backward_with(fwd, None).map(|_| ())
+    }
+
+    /// [`Model::backward`], launching `updates` as groups of gradients become final; returns
+    /// the embedding's elements (`start..end` of the flat buffer), whose gradient is the last
+    /// to be final and whose update is the caller's.
+    pub(super) fn backward_with(
+        &mut self,
+        fwd: Forward,
+        mut updates: Option<&mut Updates>,
+    ) -> Result<(usize, usize)> {
         let rt = self.rt;
         let c = &self.run.model;
         let act = self.act();
@@ -92,20 +109,32 @@ impl Model<'_> {
             self.layout.ln_final,
             &grad,
             false,
+            None,
         )?;
         drop((dh_final, x_final, rstd_final));
+        if let Some(u) = updates.as_deref_mut() {
+            let tail = self.layout.tail_span();
+            self.interleave_update(u, tail.start, tail.end)?;
+        }
 
         for li in (0..c.layers).rev() {
-            let _layer = memory_frames::module_with(|| format!("layers.{li}"));
-            let s = layers.pop().expect("one saved block per layer");
-            self.block_backward(li, s, &grad)?;
+            {
+                let _layer = memory_frames::module_with(|| format!("layers.{li}"));
+                let s = layers.pop().expect("one saved block per layer");
+                self.block_backward(li, s, &grad)?;
+            }
+            if let Some(u) = updates.as_deref_mut() {
+                let span = self.layout.block_span(li);
+                self.interleave_update(u, span.start, span.end)?;
+            }
         }
 
         // Embedding: rows of the gradient scatter-add into the looked-up rows.
         let emb = self.layout.embedding;
         rt.gpu.memset_zero(self.grad(emb).ptr, v * d * 4)?;
         rt.embedding_bwd(self.tokens.ptr(), grad.dx.ptr(), self.grad(emb).ptr, bt, d)?;
-        Ok(())
+        let e = self.layout.embedding_span();
+        Ok((e.start, e.end))
     }
 
     /// Block `li`'s backward, inside its frame (the caller's): `grad` enters as the gradient of
@@ -135,9 +164,10 @@ impl Model<'_> {
             "ffn.w1_w3",
             DType::F32,
         )?;
-        drop((dh13, s.h2));
-        self.norm_backward(&dh2, &s.x_mid, &s.rstd2, lo.ln2, grad, true)?;
-        drop((dh2, s.x_mid, s.rstd2));
+        // dh13 has served: its memory holds the norm's partial sums before it is freed.
+        drop(s.h2);
+        self.norm_backward(&dh2, &s.x_mid, &s.rstd2, lo.ln2, grad, true, Some(&dh13))?;
+        drop((dh13, dh2, s.x_mid, s.rstd2));
 
         // Attention output projection: x_mid = x + attn Woᵀ.
         let wo = self.linear(lo.wo, d, d);
@@ -174,14 +204,19 @@ impl Model<'_> {
             "attn.qkv_proj",
             DType::F32,
         )?;
-        drop((dqkv, s.h1));
-        self.norm_backward(&dh1, &s.x_in, &s.rstd1, lo.ln1, grad, true)?;
+        // Likewise dqkv.
+        drop(s.h1);
+        self.norm_backward(&dh1, &s.x_in, &s.rstd1, lo.ln1, grad, true, Some(&dqkv))?;
         Ok(())
     }
 
     /// The backward of `y = rmsnorm(x) * gain` (`gain` the offset of the gain vector) given `dy`
     /// (fp32): the input's gradient into `grad` (added to what it holds with `accumulate`, the
-    /// residual's own gradient; its bf16 copy refreshed), then the gain's gradient.
+    /// residual's own gradient; its bf16 copy refreshed), then the gain's gradient. Given
+    /// `scratch`, a buffer that has served and is about to be freed, in one pass over `dy` and
+    /// `x`, the blocks' partial sums of the gain's gradient in `scratch`, where the rows are
+    /// narrow enough and `scratch` large enough; in two passes otherwise.
+    #[allow(clippy::too_many_arguments)]
     fn norm_backward(
         &self,
         dy: &Buffer,
@@ -190,9 +225,27 @@ impl Model<'_> {
         gain: usize,
         grad: &ResidualGrad,
         accumulate: bool,
+        scratch: Option<&Buffer>,
     ) -> Result<()> {
         let (bt, d) = (self.run.tokens(), self.run.model.d_model);
         let residual = if accumulate { grad.dx.ptr() } else { 0 };
+        let parts =
+            scratch.filter(|s| d <= NORM_BWD_MAX_D && norm_bwd_parts(bt).1 * d * 4 <= s.bytes());
+        if let Some(parts) = parts {
+            return self.rt.rmsnorm_bwd_fused(
+                dy.ptr(),
+                x.ptr(),
+                self.params.at(gain),
+                rstd.ptr(),
+                residual,
+                grad.dx.ptr(),
+                grad.bf16_ptr(),
+                self.grad(gain).ptr,
+                parts.ptr(),
+                bt,
+                d,
+            );
+        }
         self.rt.rmsnorm_bwd(
             dy.ptr(),
             x.ptr(),

@@ -53,8 +53,13 @@ impl Model<'_> {
         let c = &self.run.model;
         let act = self.act();
         let (bt, d, v) = (self.run.tokens(), c.d_model, c.vocab);
+        // The bf16 copy: cast here, unless the overlapped optimizer wrote it with the update
+        // (autocast casts at every forward; so does every other mode here).
         if let Some(b) = &self.params_bf16 {
-            rt.cast_f32_bf16(self.params.ptr(), b.ptr(), self.layout.total)?;
+            if !(self.bf16_current && self.overlapped()) {
+                rt.cast_f32_bf16(self.params.ptr(), b.ptr(), self.layout.total)?;
+                self.bf16_current = true;
+            }
         }
         let mut x = self.alloc_in("token_embeddings", DType::F32, bt * d)?;
         rt.embedding_fwd(
@@ -147,14 +152,13 @@ impl Model<'_> {
         let attn = self.alloc_in("attn.merge_heads", act, bt * d)?;
         rt.heads_to_tokens(act, core.output.ptr(), attn.ptr(), shape)?;
         let attention = core.into_saved();
-        // x_mid = x + attn Woᵀ: the residual add rides on the GEMM's beta.
+        // x_mid = x + attn Woᵀ: the GEMM's epilogue adds the residual into a new buffer.
         let x_mid = self.alloc_in("attn.output_proj", DType::F32, bt * d)?;
-        rt.gpu.copy(x_mid.ptr(), x.ptr(), x.bytes())?;
-        self.linear_forward(
+        self.linear_forward_residual(
             self.linear(lo.wo, d, d),
             Mat::new(attn.ptr(), act),
-            1.0,
-            Mat::new(x_mid.ptr(), DType::F32),
+            x,
+            &x_mid,
         )?;
         let rstd2 = self.alloc_in("ln2", DType::F32, bt)?;
         let h2 = self.alloc_in("ln2", act, bt * d)?;
@@ -178,12 +182,11 @@ impl Model<'_> {
         let g = self.alloc_in("ffn.swiglu", act, bt * f)?;
         rt.swiglu_fwd(act, h13.ptr(), g.ptr(), bt, f)?;
         let x_out = self.alloc_in("ffn.w2", DType::F32, bt * d)?;
-        rt.gpu.copy(x_out.ptr(), x_mid.ptr(), x_mid.bytes())?;
-        self.linear_forward(
+        self.linear_forward_residual(
             self.linear(lo.w2, f, d),
             Mat::new(g.ptr(), act),
-            1.0,
-            Mat::new(x_out.ptr(), DType::F32),
+            &x_mid,
+            &x_out,
         )?;
         let x_in = std::mem::replace(x, x_out);
         if let Some(saved) = saved {

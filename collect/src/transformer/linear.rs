@@ -31,7 +31,7 @@ impl Model<'_> {
         }
     }
 
-    /// `y = x Wᵀ + beta * y` (`beta` 1 adds a residual already copied into `y`).
+    /// `y = x Wᵀ + beta * y`.
     pub(super) fn linear_forward(&self, lin: Linear, x: Mat, beta: f32, y: Mat) -> Result<()> {
         self.rt.blas.gemm(
             Gemm {
@@ -46,6 +46,29 @@ impl Model<'_> {
             self.weight(lin.weight),
             beta,
             y,
+        )
+    }
+
+    /// `out = residual + x Wᵀ` (both fp32, `out` a buffer of its own), in the GEMM's epilogue.
+    pub(super) fn linear_forward_residual(
+        &self,
+        lin: Linear,
+        x: Mat,
+        residual: &Buffer,
+        out: &Buffer,
+    ) -> Result<()> {
+        self.rt.blas.gemm_add(
+            Gemm {
+                ta: false,
+                tb: true,
+                m: lin.rows,
+                n: lin.d_out,
+                k: lin.d_in,
+            },
+            x,
+            self.weight(lin.weight),
+            Mat::new(residual.ptr(), DType::F32),
+            Mat::new(out.ptr(), DType::F32),
         )
     }
 

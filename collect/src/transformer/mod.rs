@@ -23,7 +23,8 @@
 //! over `forward` (embedding, blocks, final norm and head, the loss), [`attention`] (the attention
 //! core of a block, forward and backward, naive or FlashAttention-2 as the run's
 //! [`config::Attention`] says; the attention benchmark calls it too), `backward` (loss gradient to
-//! the embedding, through `linear`'s and the norm's backward helpers) and `optimizer` (AdamW).
+//! the embedding, through `linear`'s and the norm's backward helpers) and `optimizer` (AdamW, by
+//! default each block's update beside the rest of the backward on a second stream).
 //! [`config`], [`params`], [`plan`] and [`reference`](mod@reference) need no GPU.
 
 pub mod attention;
@@ -39,7 +40,7 @@ mod linear;
 mod optimizer;
 
 pub use forward::Forward;
-pub use optimizer::AdamW;
+pub use optimizer::{AdamW, OptimizerSchedule, StepOptions};
 
 use crate::error::Result;
 use crate::gpu::blas::Mat;
@@ -49,6 +50,7 @@ use crate::memory::frames as memory_frames;
 use crate::nvtx::{self, range};
 use attention::{AttentionCore, AttentionForward, AttentionSaved, Input};
 use config::{Mode, Precision, RunConfig, ROPE_THETA};
+use optimizer::StepEvents;
 use params::{Init, ParamLayout};
 
 /// A buffer of `len` elements of `dtype` from the runtime's device memory, under the module frame
@@ -95,8 +97,15 @@ pub struct Model<'r> {
     pub run: RunConfig,
     pub layout: ParamLayout,
     pub adamw: AdamW,
+    /// How steps run (the optimizer's schedule); changeable between steps.
+    pub options: StepOptions,
     params: Buffer,
     params_bf16: Option<Buffer>,
+    /// Whether `params_bf16` holds the current parameters rounded (written by the forward's
+    /// cast or the overlapped optimizer; stale after any other change of the parameters).
+    bf16_current: bool,
+    /// What orders the optimizer's stream against the main one (`train` only).
+    events: Option<StepEvents>,
     grads: Option<Buffer>,
     adam_m: Option<Buffer>,
     adam_v: Option<Buffer>,
@@ -163,13 +172,21 @@ impl<'r> Model<'r> {
             .upload(DType::I32, &random_tokens(n, c.vocab, splitmix64(seed + 1)))?;
         let row_loss = mem.alloc(DType::F32, n)?;
         let loss = zeroed(1)?;
+        let events = if run.mode == Mode::Train {
+            Some(StepEvents::new(rt)?)
+        } else {
+            None
+        };
         Ok(Model {
             rt,
             run: run.clone(),
             layout,
             adamw: AdamW::default(),
+            options: StepOptions::default(),
             params,
             params_bf16,
+            bf16_current: false,
+            events,
             grads,
             adam_m,
             adam_v,
@@ -267,7 +284,9 @@ impl<'r> Model<'r> {
     }
 
     /// One benchmark step of the run's mode, inside the `forward`, `backward` and `optimizer`
-    /// ranges (the loss is computed inside `backward`, as the reference script does).
+    /// ranges (the loss is computed inside `backward`, as the reference script does). With the
+    /// overlapped optimizer the backward's range is cut by one `optimizer` range per update
+    /// launched beside it, and the step ends with the main stream waiting for the optimizer's.
     pub fn step(&mut self) -> Result<()> {
         let fwd = {
             let _r = range(nvtx::FORWARD);
@@ -275,6 +294,14 @@ impl<'r> Model<'r> {
         };
         if !self.run.mode.backward() {
             return Ok(());
+        }
+        if self.overlapped() {
+            let mut updates = self.begin_updates();
+            updates.backward = Some(range(nvtx::BACKWARD));
+            let embedding = self.backward_with(fwd, Some(&mut updates))?;
+            updates.backward = None;
+            let _r = range(nvtx::OPTIMIZER);
+            return self.finish_updates(updates, embedding.0, embedding.1);
         }
         {
             let _r = range(nvtx::BACKWARD);
@@ -316,6 +343,7 @@ impl<'r> Model<'r> {
         }
         let fresh = self.rt.gpu.upload(DType::F32, flat)?;
         self.params = fresh;
+        self.bf16_current = false;
         Ok(())
     }
 

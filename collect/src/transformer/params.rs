@@ -6,6 +6,8 @@
 //! starts on a 64-element boundary, so every tensor is 256-byte aligned in fp32 and in its bf16
 //! copy. Pure arithmetic; no GPU here.
 
+use std::ops::Range;
+
 use crate::transformer::config::ModelConfig;
 
 /// Tensor starts are rounded up to this many elements.
@@ -154,6 +156,26 @@ impl ParamLayout {
     pub fn parameters(&self) -> usize {
         self.tensors.iter().map(ParamTensor::len).sum()
     }
+
+    /// The embedding's elements of the flat buffer (padding after it included).
+    pub fn embedding_span(&self) -> Range<usize> {
+        self.embedding..self.block_start(0)
+    }
+
+    /// Block `li`'s elements: from its first tensor to the next block's (or the final norm's).
+    pub fn block_span(&self, li: usize) -> Range<usize> {
+        self.block_start(li)..self.block_start(li + 1)
+    }
+
+    /// The final norm's gain and the LM head, the last tensors, to the end of the buffer.
+    pub fn tail_span(&self) -> Range<usize> {
+        self.ln_final..self.total
+    }
+
+    /// Where block `li` starts; the final norm's gain for `li` = layers.
+    fn block_start(&self, li: usize) -> usize {
+        self.layers.get(li).map_or(self.ln_final, |l| l.wqkv)
+    }
 }
 
 #[cfg(test)]
@@ -168,6 +190,44 @@ mod tests {
             let l = ParamLayout::new(&c);
             assert_eq!(l.parameters() as u64, c.parameters(), "{}", p.0);
             assert!(l.total >= l.parameters());
+        }
+    }
+
+    /// The optimizer's groups (embedding, each block, the tail) cover the buffer once, in order,
+    /// each aligned so its float4 updates are, and hold every tensor of their own.
+    #[test]
+    fn update_groups_partition_the_buffer() {
+        for p in PRESETS {
+            let c = ModelConfig::preset(p.0).unwrap();
+            let l = ParamLayout::new(&c);
+            let mut spans = vec![l.embedding_span()];
+            spans.extend((0..c.layers).map(|i| l.block_span(i)));
+            spans.push(l.tail_span());
+            assert_eq!(spans[0].start, 0);
+            assert_eq!(spans.last().unwrap().end, l.total);
+            for w in spans.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            for s in &spans {
+                assert!(
+                    s.start % ALIGN == 0 && s.len() % 4 == 0 && !s.is_empty(),
+                    "{s:?}"
+                );
+            }
+            for t in &l.tensors {
+                let owner = if t.name == "emb" {
+                    0
+                } else if let Some(rest) = t.name.strip_prefix("layers.") {
+                    1 + rest.split('.').next().unwrap().parse::<usize>().unwrap()
+                } else {
+                    c.layers + 1
+                };
+                assert!(
+                    spans[owner].contains(&t.offset) && t.offset + t.len() <= spans[owner].end,
+                    "{}",
+                    t.name
+                );
+            }
         }
     }
 

@@ -325,8 +325,9 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
         let dh13 = m.alloc(bt * 2 * s.f * a);
         m.free(&[dg, l.h13]);
         let dh2 = m.alloc(bt * d * 4);
-        m.free(&[dh13, l.h2]);
-        m.free(&[dh2, l.x_mid, l.rstd2]);
+        // dh13 holds the norm's partial sums until the norm's backward is done.
+        m.free(&[l.h2]);
+        m.free(&[dh13, dh2, l.x_mid, l.rstd2]);
         let dattn = m.alloc(bt * d * a);
         m.free(&[l.attn]);
         let d_out = m.alloc(bt * d * a);
@@ -335,8 +336,8 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
         let dqkv = m.alloc(bt * 3 * d * a);
         m.free(&grads);
         let dh1 = m.alloc(bt * d * 4);
-        m.free(&[dqkv, l.h1]);
-        m.free(&[dh1, l.x_in, l.rstd1]);
+        m.free(&[l.h1]);
+        m.free(&[dh1, dqkv, l.x_in, l.rstd1]);
     }
     m.free(&[dx_bf16, dx]);
     StepMemory {
