@@ -118,3 +118,28 @@ fn precision_on_the_cpu_prints_pytorchs_sums_and_dtypes() {
     assert!(text.contains("| N(0,16^2) | fp16 |"), "{text}");
     assert!(!text.contains("Accumulation"));
 }
+
+/// The experiments as the H200 ran them (`fixtures/collect/precision_h200.json`, the output of
+/// `collect precision all --format json` there) are row for row what the CPU emulation of the
+/// same kernels gives, PyTorch's column included.
+#[test]
+fn the_h200s_precision_rows_equal_the_cpu_emulation() {
+    let out = collect(&["precision", "all", "--cpu", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cpu: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let path = crate::common::fixture("collect/precision_h200.json");
+    let gpu: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("the fixture")).expect("JSON");
+    assert_eq!(gpu["device"], "NVIDIA H200");
+    let (cpu_rows, gpu_rows) = (
+        cpu["rows"].as_array().unwrap(),
+        gpu["rows"].as_array().unwrap(),
+    );
+    assert_eq!(gpu_rows.len(), 79);
+    assert_eq!(cpu_rows, gpu_rows);
+    assert_eq!(gpu["torch_reference"], cpu["torch_reference"]);
+}
