@@ -13,7 +13,9 @@ use collect::bench::attention::{self as attention_bench, AttentionBenchOptions, 
 use collect::bench::{self, numerics, report, BenchOptions, Recording};
 use collect::gpu::device_memory::AllocatorKind;
 use collect::gpu::ops::Runtime;
-use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::config::{
+    Attention, Checkpoint, Mode, ModelConfig, Precision, RunConfig,
+};
 use collect::transformer::{plan, OptimizerSchedule, StepOptions};
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
@@ -44,6 +46,26 @@ enum Command {
     /// The assignment's mixed-precision experiments: accumulation, the ToyModel under autocast,
     /// LayerNorm in fp16 and bf16.
     Precision(PrecisionArgs),
+}
+
+/// `--checkpoint`, shared by the commands that run or plan a training step.
+#[derive(Args)]
+struct CheckpointArg {
+    /// Activation checkpointing: on (every block keeps only its input, the residual stream, and
+    /// runs its forward again just before its backward), off, or auto (on exactly when the plan
+    /// without it does not fit the device's memory).
+    #[arg(
+        long = "checkpoint",
+        value_name = "auto|on|off",
+        default_value = "auto"
+    )]
+    value: String,
+}
+
+impl CheckpointArg {
+    fn choice(&self) -> anyhow::Result<Checkpoint> {
+        Ok(self.value.parse()?)
+    }
 }
 
 /// Model dimensions: a named size or all four custom dimensions.
@@ -102,6 +124,8 @@ struct BenchArgs {
     /// Let fp32 GEMMs use TF32 tensor cores.
     #[arg(long)]
     tf32: bool,
+    #[command(flatten)]
+    checkpoint: CheckpointArg,
     /// Seed of the weights and tokens.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -154,6 +178,12 @@ struct PlanArgs {
     /// naive or flash.
     #[arg(long, default_value = "naive")]
     attention: String,
+    #[command(flatten)]
+    checkpoint: CheckpointArg,
+    /// The device memory `--checkpoint auto` weighs the plan against: bytes, or with a unit
+    /// (`80GiB`, `141GB`, `512MiB`) [default: an H200's 139.8 GiB].
+    #[arg(long)]
+    device_memory: Option<String>,
     /// table, markdown, csv, json.
     #[arg(long, default_value = "table")]
     format: Format,
@@ -174,6 +204,8 @@ struct NumericsArgs {
     /// naive or flash.
     #[arg(long, default_value = "naive")]
     attention: String,
+    #[command(flatten)]
+    checkpoint: CheckpointArg,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write every gradient (default: embedding, first and last block, final norm, head).
@@ -320,9 +352,14 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
         precision: a.precision.parse()?,
         tf32: false,
         attention: a.attention.parse()?,
+        checkpoint: false,
     };
     run.validate_dimensions()?;
-    let doc = plan::plan(&run).document();
+    let capacity = match &a.device_memory {
+        Some(s) => plan::parse_bytes(s)?,
+        None => plan::H200_MEMORY,
+    };
+    let doc = plan::plan_with(a.checkpoint.choice()?, &run, capacity).document();
     Ok(print(&render::render_to_string(a.format, &doc))?)
 }
 
@@ -348,6 +385,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         warmup: a.warmup,
         steps: a.steps,
         tf32: a.tf32,
+        checkpoint: a.checkpoint.choice()?,
         seed: a.seed,
         allocator,
         recording: Recording {
@@ -362,7 +400,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
     if opts.steps == 0 {
         anyhow::bail!("--steps must be at least 1");
     }
-    for run in opts.grid() {
+    for run in opts.grid(plan::H200_MEMORY) {
         run.validate_dimensions()?;
     }
     let rt = Runtime::open_with(opts.allocator)?;
@@ -406,9 +444,15 @@ fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
         precision: a.precision.parse()?,
         tf32: false,
         attention: a.attention.parse()?,
+        checkpoint: false,
     };
     run.validate()?;
+    let choice = a.checkpoint.choice()?;
     let rt = Runtime::open()?;
+    let run = RunConfig {
+        checkpoint: plan::checkpoint_on(choice, &run, rt.gpu.info.total_memory),
+        ..run
+    };
     let grads = if a.all_grads {
         numerics::Grads::All
     } else {

@@ -1,9 +1,10 @@
 //! NVTX ranges: every range `collect` opens goes through [`range`], so that the names Nsight
 //! Systems sees (`warmup`, `measurement`, `step_N`, `forward`, `backward`, `optimizer`,
-//! `attention_matmul_QK`, `attention_softmax`, `attention_matmul_V`, `attention_flash`) are in one
-//! place and can also be handed, with host timestamps, to the [`RangeListener`] installed on the
-//! thread: the trace's range log ([`crate::trace::session`]) and the memory history's phase frames
-//! ([`crate::memory::frames`]), together through a [`Fanout`].
+//! `attention_matmul_QK`, `attention_softmax`, `attention_matmul_V`, `attention_flash`,
+//! `recompute`) are in one place and can also be handed, with host timestamps, to the
+//! [`RangeListener`] installed on the thread: the trace's range log ([`crate::trace::session`])
+//! and the memory history's phase frames ([`crate::memory::frames`]), together through a
+//! [`Fanout`].
 //!
 //! The calls go to NVIDIA's header-only NVTX3 (compiled by `build.rs`): with no tool attached a
 //! push or pop is a branch; under `nsys` or CUPTI the injected tool records them. This module
@@ -24,6 +25,8 @@ pub const ATTENTION_SOFTMAX: &str = "attention_softmax";
 pub const ATTENTION_V: &str = "attention_matmul_V";
 /// The whole attention core, forward or backward, when FlashAttention computes it.
 pub const ATTENTION_FLASH: &str = "attention_flash";
+/// A block's forward run again inside `backward`, under activation checkpointing.
+pub const RECOMPUTE: &str = "recompute";
 
 /// `step_N`.
 pub fn step_name(n: usize) -> String {

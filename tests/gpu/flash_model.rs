@@ -16,7 +16,7 @@ fn with(run: RunConfig, attention: Attention) -> RunConfig {
 }
 
 /// d 160, 2 heads of 80 (the 2.7B model's head width), 2 layers, ctx 40, vocab 512.
-fn padded(mode: Mode, precision: Precision) -> RunConfig {
+pub(crate) fn padded(mode: Mode, precision: Precision) -> RunConfig {
     let mut model = ModelConfig::custom(160, 256, 2, 2).unwrap();
     model.vocab = 512;
     RunConfig {
@@ -134,6 +134,7 @@ fn a_sweep_goes_on_past_a_configuration_it_refuses() {
         warmup: 0,
         steps: 1,
         tf32: false,
+        checkpoint: collect::transformer::config::Checkpoint::Off,
         seed: 0,
         allocator: AllocatorKind::Pool,
         recording: Recording::default(),

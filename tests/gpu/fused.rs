@@ -103,6 +103,7 @@ fn medium(precision: Precision) -> RunConfig {
         precision,
         tf32: false,
         attention: Attention::Naive,
+        checkpoint: false,
     }
 }
 

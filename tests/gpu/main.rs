@@ -2,7 +2,8 @@
 //! shared code): logits and loss directly, gradients by central differences of the reference
 //! loss, one AdamW step against its formula, and training lowering the loss; the attention core
 //! alone, naive and FlashAttention-2, against the reference ([`attention`]); the model with
-//! FlashAttention against the naive model ([`flash_model`]). Skipped, with a message, where no
+//! FlashAttention against the naive model ([`flash_model`]); activation checkpointing against
+//! the same step without it, bit for bit ([`checkpoint`]). Skipped, with a message, where no
 //! CUDA device (or no CUDA library) is found.
 //!
 //! This is the suite's second test binary; on the GPU machine run it with
@@ -12,6 +13,7 @@
 //! CPU emulation.
 
 mod attention;
+mod checkpoint;
 mod flash_model;
 mod fused;
 mod precision;
@@ -46,6 +48,7 @@ fn tiny(mode: Mode, precision: Precision) -> RunConfig {
         precision,
         tf32: false,
         attention: Attention::Naive,
+        checkpoint: false,
     }
 }
 
@@ -214,6 +217,7 @@ fn longer_rows_and_wider_heads_match_the_reference() {
             precision,
             tf32: false,
             attention: Attention::Naive,
+            checkpoint: false,
         };
         let mut m = Model::new(&rt, &run, 3).unwrap();
         let fwd = m.forward(false).unwrap();

@@ -57,6 +57,19 @@ fn bad_values_are_refused_before_any_gpu_work() {
     // A custom width needs all four dimensions (clap's usage error, also exit 2).
     let out = collect(&["plan", "--d-model", "64"]);
     assert_eq!(out.status.code(), Some(2));
+
+    for command in ["bench", "plan"] {
+        let out = collect(&[command, "--checkpoint", "sometimes"]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("unknown checkpoint setting `sometimes` (expected auto, on or off)"),
+            "{command}"
+        );
+    }
+    let out = collect(&["plan", "--device-memory", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`lots` is not a memory size"));
 }
 
 #[test]

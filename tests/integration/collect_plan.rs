@@ -1,6 +1,7 @@
 //! `collect plan --format json` on every named size: parameter counts equal PyTorch's
 //! (`sum(p.numel() for p in BasicsTransformerLM(...).parameters())`, as the CS336 handout and
-//! the reference script give them), and the FLOPs and memory fields follow from the dimensions.
+//! the reference script give them), and the FLOPs and memory fields follow from the dimensions;
+//! `--checkpoint` and what `auto` decides against an H200 or `--device-memory`.
 
 use std::process::Command;
 
@@ -122,4 +123,60 @@ fn planned_peak_equals_the_peak_measured_on_the_h200() {
             "{size} ctx {ctx} {mode} {precision}"
         );
     }
+}
+
+#[test]
+fn checkpoint_auto_turns_on_where_the_step_does_not_fit_the_device() {
+    let args = [
+        "--size",
+        "2.7B",
+        "--ctx",
+        "8192",
+        "--batch",
+        "4",
+        "--mode",
+        "train",
+        "--precision",
+        "bf16",
+        "--attention",
+        "flash",
+    ];
+    let with = |extra: &[&str]| plan(&[&args[..], extra].concat());
+    let off = with(&["--checkpoint", "off"]);
+    let on = with(&["--checkpoint", "on"]);
+    let auto = with(&[]);
+    let peak = |v: &Value| v["memory"]["peak"].as_u64().unwrap();
+    // 177.0 GiB without, 72.2 GiB with: over and under an H200's 139.8 GiB.
+    assert_eq!(peak(&off), 190_048_777_220);
+    assert_eq!(peak(&on), 77_570_388_996);
+    assert_eq!(off["config"]["checkpoint"], false);
+    assert_eq!(on["config"]["checkpoint"], true);
+    assert_eq!(auto["config"]["checkpoint"], true);
+    assert_eq!(peak(&auto), peak(&on));
+    assert_eq!(auto["checkpoint_auto"]["device_memory"], 150_109_880_320u64);
+    assert_eq!(
+        auto["checkpoint_auto"]["peak_without_checkpoint"],
+        peak(&off)
+    );
+    assert_eq!(on["checkpoint_auto"], Value::Null);
+    assert_eq!(on["flops_per_step"], off["flops_per_step"]);
+    assert!(on["flops"]["recompute"].as_u64().unwrap() > 0);
+    // On a device big enough, auto leaves it off.
+    let big = with(&["--device-memory", "200GiB"]);
+    assert_eq!(big["config"]["checkpoint"], false);
+    assert_eq!(peak(&big), peak(&off));
+
+    let text = Command::new(env!("CARGO_BIN_EXE_collect"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("collect runs");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "--checkpoint auto: on (the peak without it, 177.0 GiB, against 139.8 GiB of device \
+             memory: does not fit)."
+        ),
+        "{text}"
+    );
 }

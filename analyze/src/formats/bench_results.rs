@@ -53,6 +53,10 @@ pub struct Settings {
     /// `pool` or `caching`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<String>,
+    /// Activation checkpointing as asked: `auto`, `on` or `off` (each result says whether it
+    /// was on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     /// How the step times were taken, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
@@ -84,6 +88,10 @@ pub struct RunResult {
     pub precision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tf32: Option<bool>,
+    /// Whether activation checkpointing was on: the blocks kept only their input and ran their
+    /// forward again in the backward. Absent in files written before it existed (off then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,6 +226,7 @@ mod tests {
             batch: Some(4),
             mode: Some("forward".into()),
             precision: Some("fp32".into()),
+            checkpoint: Some(true),
             status: Some("ok".into()),
             host: Some(StepTimes {
                 mean_ms: Some(4.39),
@@ -262,6 +271,16 @@ mod tests {
         assert!(text.contains("\"loss\": null"));
         assert_eq!(text.matches("\"loss\"").count(), 1);
         assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn files_from_before_checkpointing_still_read() {
+        let old = r#"{"settings": {"batch": 4}, "results": [{"size": "small", "status": "ok"}]}"#;
+        let f = from_json(old.as_bytes()).unwrap();
+        assert_eq!(f.results[0].checkpoint, None);
+        assert_eq!(f.settings.unwrap().checkpoint, None);
+        let text = to_json(&results()).unwrap();
+        assert!(text.contains("\"checkpoint\": true"));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! to the end of the synchronize (as a Python `perf_counter` around `step(); synchronize()`
 //! does). A configuration that cannot run becomes one row and the sweep goes on: refused before
 //! it starts (a tensor over the 32-bit limits, a shape its attention does not run), or out of
-//! device memory (everything it held is freed); where the other attention implementation would
-//! run it, the row says `--attention flash` (or `naive`).
+//! device memory (everything it held is freed); where the other attention implementation or
+//! activation checkpointing would run it, the row says `--attention flash` (or `naive`) or
+//! `--checkpoint on`. `--checkpoint auto` turns checkpointing on for exactly the configurations
+//! whose plan without it does not fit the device's memory.
 //!
 //! With the caching allocator ([`AllocatorKind::Caching`]) the peak is the allocator's own
 //! `max_memory_allocated` over the last timed step, reset just before it as PyTorch's recipe
@@ -46,7 +48,7 @@ use crate::memory::history::MemoryContext;
 use crate::memory::snapshot as memory_snapshot;
 use crate::nvtx::{self, range, RangeListener};
 use crate::trace::session::TraceSession;
-use crate::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
+use crate::transformer::config::{Attention, Checkpoint, Mode, ModelConfig, Precision, RunConfig};
 use crate::transformer::{plan, Model, StepOptions};
 use report::run_metadata;
 use stats::Stats;
@@ -125,6 +127,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     pub steps: usize,
     pub tf32: bool,
+    /// Activation checkpointing, decided per configuration by [`plan::checkpoint_on`].
+    pub checkpoint: Checkpoint,
     pub seed: u64,
     /// Where device memory comes from (the caching allocator whenever a snapshot is recorded).
     pub allocator: AllocatorKind,
@@ -135,15 +139,15 @@ pub struct BenchOptions {
 
 impl BenchOptions {
     /// Every configuration of the grid, in the order they run (size, ctx, mode, precision,
-    /// attention).
-    pub fn grid(&self) -> Vec<RunConfig> {
+    /// attention), with checkpointing as `checkpoint` asks on a device of `capacity` bytes.
+    pub fn grid(&self, capacity: u64) -> Vec<RunConfig> {
         let mut out = Vec::new();
         for m in &self.models {
             for &ctx in &self.ctxs {
                 for &mode in &self.modes {
                     for &precision in &self.precisions {
                         for &attention in &self.attentions {
-                            out.push(RunConfig {
+                            let run = RunConfig {
                                 model: m.clone(),
                                 ctx,
                                 batch: self.batch,
@@ -151,6 +155,11 @@ impl BenchOptions {
                                 precision,
                                 tf32: self.tf32,
                                 attention,
+                                checkpoint: false,
+                            };
+                            out.push(RunConfig {
+                                checkpoint: plan::checkpoint_on(self.checkpoint, &run, capacity),
+                                ..run
                             });
                         }
                     }
@@ -251,17 +260,27 @@ impl Outcome {
 }
 
 /// What to try when `run` ran out of `total_memory` bytes of device memory: FlashAttention, when
-/// the run was naive and the plan says the flash run fits.
+/// the run was naive and the plan says the flash run fits; else activation checkpointing, when
+/// it was off and the plan with it fits.
 pub fn oom_hint(run: &RunConfig, total_memory: u64) -> Option<&'static str> {
-    if run.attention != Attention::Naive {
-        return None;
-    }
     let flash = RunConfig {
         attention: Attention::Flash,
         ..run.clone()
     };
-    (flash.refusal().is_none() && plan::plan(&flash).memory.peak < total_memory)
-        .then_some("--attention flash")
+    let checkpointed = RunConfig {
+        checkpoint: true,
+        ..run.clone()
+    };
+    if run.attention == Attention::Naive
+        && flash.refusal().is_none()
+        && plan::fits(&flash, total_memory)
+    {
+        Some("--attention flash")
+    } else if !run.checkpoint && run.mode.backward() && plan::fits(&checkpointed, total_memory) {
+        Some("--checkpoint on")
+    } else {
+        None
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -495,7 +514,7 @@ pub fn run_grid(
     opts: &BenchOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<Row>> {
-    let grid = opts.grid();
+    let grid = opts.grid(rt.gpu.info.total_memory);
     for run in &grid {
         run.validate_dimensions()?;
     }
@@ -565,14 +584,15 @@ pub fn run_grid(
 
 fn describe(run: &RunConfig) -> String {
     format!(
-        "{} ctx {} batch {} {} {}{} {} attention",
+        "{} ctx {} batch {} {} {}{} {} attention{}",
         run.model.label(),
         run.ctx,
         run.batch,
         run.mode,
         run.precision,
         if run.tf32 { " tf32" } else { "" },
-        run.attention
+        run.attention,
+        if run.checkpoint { ", checkpointed" } else { "" }
     )
 }
 
@@ -595,13 +615,34 @@ mod tests {
             warmup: 5,
             steps: 10,
             tf32: false,
+            checkpoint: Checkpoint::Auto,
             seed: 0,
             allocator: AllocatorKind::Pool,
             recording: Recording::default(),
             step: StepOptions::default(),
         };
-        let g = opts.grid();
+        let g = opts.grid(plan::H200_MEMORY);
         assert_eq!(g.len(), 16);
+        assert!(g.iter().all(|r| !r.checkpoint), "all fit an H200");
+        let on = BenchOptions {
+            checkpoint: Checkpoint::On,
+            ..opts.clone()
+        };
+        let modes: Vec<(Mode, bool)> = on.grid(0).iter().map(|r| (r.mode, r.checkpoint)).collect();
+        assert_eq!(
+            modes[..4],
+            [
+                (Mode::Forward, false),
+                (Mode::Forward, false),
+                (Mode::Train, true),
+                (Mode::Train, true)
+            ]
+        );
+        // Auto on a device too small for any of them: on wherever there is a backward.
+        assert_eq!(
+            opts.grid(1 << 30).iter().filter(|r| r.checkpoint).count(),
+            8
+        );
         assert_eq!(
             (
                 g[1].model.name.as_str(),
@@ -624,6 +665,7 @@ mod tests {
             precision: Precision::Bf16,
             tf32: false,
             attention: Attention::Naive,
+            checkpoint: false,
         };
         let p = |s: &str, many| output_path(Path::new(s), &run, many);
         assert_eq!(p("out/t.sqlite", false), Path::new("out/t.sqlite"));
@@ -662,6 +704,7 @@ mod tests {
             precision: Precision::Bf16,
             tf32: false,
             attention: Attention::Naive,
+            checkpoint: false,
         };
         let r = run.refusal().expect("naive is refused");
         let refused = Outcome::Refused {
@@ -685,7 +728,19 @@ mod tests {
             attention: Attention::Flash,
             ..small
         };
-        assert_eq!(oom_hint(&flash, h200), None);
+        // Flash already: checkpointing is what is left, and at ctx 8192 x batch 4 what fits.
+        assert_eq!(oom_hint(&flash, h200), Some("--checkpoint on"));
+        let long = RunConfig {
+            attention: Attention::Flash,
+            ..run.clone()
+        };
+        assert_eq!(oom_hint(&long, h200), Some("--checkpoint on"));
+        let checkpointed = RunConfig {
+            checkpoint: true,
+            ..long
+        };
+        assert_eq!(oom_hint(&checkpointed, h200), None);
+        assert_eq!(oom_hint(&checkpointed, 1 << 30), None);
         let oom = Outcome::OutOfMemory {
             what: "cuMemAllocAsync".into(),
             hint: Some("--attention flash"),

@@ -32,11 +32,12 @@ impl Summary {
     /// The line `collect numerics` prints: the configuration, the loss and where the files went.
     pub fn describe(&self, run: &RunConfig, dir: &Path) -> String {
         format!(
-            "{} {} ctx {} batch {}: loss {:.6}, {} tensors written to {}\n",
+            "{} {} ctx {} batch {}{}: loss {:.6}, {} tensors written to {}\n",
             run.model.label(),
             run.precision,
             run.ctx,
             run.batch,
+            if run.checkpoint { ", checkpointed" } else { "" },
             self.loss,
             self.tensors_written,
             dir.display()

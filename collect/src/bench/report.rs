@@ -25,6 +25,8 @@ use crate::transformer::plan;
 pub mod keys {
     pub const TF32: &str = "tf32";
     pub const ALLOCATOR: &str = "allocator";
+    /// Whether activation checkpointing was on (`true` or `false`).
+    pub const CHECKPOINT: &str = "checkpoint";
     /// The caching allocator's `max_memory_allocated` over the last timed step (bytes).
     pub const PEAK_ALLOCATED_BYTES: &str = "peak_allocated_bytes";
     /// Its `max_memory_reserved` over the same step.
@@ -60,6 +62,7 @@ pub fn run_metadata(
         .set(run_metadata::keys::DEVICE, &device.name)
         .set(run_metadata::keys::DRIVER, &device.driver)
         .set(run_metadata::keys::ATTENTION, run.attention)
+        .set(keys::CHECKPOINT, run.checkpoint)
         .set(keys::ALLOCATOR, allocator);
     match &m.allocator {
         Some(a) => {
@@ -87,6 +90,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
         "mode",
         "precision",
         "attention",
+        "checkpoint",
         "mean (ms)",
         "std (ms)",
         "median (ms)",
@@ -106,6 +110,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
             Cell::text(r.run.mode.as_str()),
             Cell::text(r.run.precision.as_str()),
             Cell::text(r.run.attention.as_str()),
+            Cell::text(if r.run.checkpoint { "on" } else { "off" }),
         ];
         match &r.outcome {
             Outcome::Ran(m) => {
@@ -132,12 +137,17 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
                 row.extend(std::iter::repeat_n(Cell::Missing, 9));
                 if let Some(reason) = r.outcome.reason() {
                     notes.push(format!(
-                        "{} ctx {} {} {} {} attention: {reason}",
+                        "{} ctx {} {} {} {} attention{}: {reason}",
                         r.run.model.label(),
                         r.run.ctx,
                         r.run.mode,
                         r.run.precision,
-                        r.run.attention
+                        r.run.attention,
+                        if r.run.checkpoint {
+                            ", checkpointed"
+                        } else {
+                            ""
+                        }
                     ));
                 }
             }
@@ -176,6 +186,7 @@ pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> R
                 mode: Some(r.run.mode.as_str().to_owned()),
                 precision: Some(r.run.precision.as_str().to_owned()),
                 tf32: Some(r.run.tf32),
+                checkpoint: Some(r.run.checkpoint),
                 parameters: Some(c.parameters()),
                 flops_per_step: Some(plan.flops.per_step),
                 planned_peak_bytes: Some(plan.memory.peak),
@@ -237,6 +248,7 @@ pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> R
             tf32: Some(opts.tf32),
             seed: Some(opts.seed),
             allocator: Some(opts.allocator.as_str().to_owned()),
+            checkpoint: Some(opts.checkpoint.as_str().to_owned()),
             timing: Some(
                 "host clock from the step's launch to the end of a stream synchronize; CUDA \
                  events around the step"
@@ -303,6 +315,7 @@ mod tests {
             precision: Precision::Fp32,
             tf32: false,
             attention: Attention::Naive,
+            checkpoint: false,
         };
         assert_eq!(tokens_per_second(&run, 512.0), 2000.0);
     }

@@ -1,5 +1,6 @@
 //! The backward pass: the loss and its gradient in one pass over the logits, then the LM head,
-//! the final norm, every block from the last to the first, and the embedding. Each weight's
+//! the final norm, every block from the last to the first (each re-run forward first when the
+//! forward kept only its input: activation checkpointing), and the embedding. Each weight's
 //! gradient is written (not accumulated) into the flat gradient buffer; each activation the
 //! forward kept is freed as soon as its last use has been launched, so the memory in use falls
 //! through the backward as PyTorch's does.
@@ -119,8 +120,9 @@ impl Model<'_> {
 
         for li in (0..c.layers).rev() {
             {
+                // Recomputed, under checkpointing, in the forward's own frames.
+                let s = self.block_saved(li, layers.pop().expect("one kept block per layer"))?;
                 let _layer = memory_frames::module_with(|| format!("layers.{li}"));
-                let s = layers.pop().expect("one saved block per layer");
                 self.block_backward(li, s, &grad)?;
             }
             if let Some(u) = updates.as_deref_mut() {

@@ -1,5 +1,5 @@
-//! Model sizes, modes, precisions and attention implementations: the CS336
-//! `BasicsTransformerLM` presets (small to 2.7B) and custom dimensions, the run settings a
+//! Model sizes, modes, precisions, attention implementations and activation checkpointing: the
+//! CS336 `BasicsTransformerLM` presets (small to 2.7B) and custom dimensions, the run settings a
 //! benchmark configuration is made of, and what keeps a configuration from running
 //! ([`Refusal`]). Pure data; no GPU here.
 
@@ -250,6 +250,48 @@ impl fmt::Display for Attention {
     }
 }
 
+/// `--checkpoint`: whether the blocks keep their activations for the backward or only their
+/// input (activation checkpointing), as asked; [`crate::transformer::plan::checkpoint_on`] turns
+/// it into [`RunConfig::checkpoint`] for one configuration and device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// On exactly when the plan without it does not fit the device's memory.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl Checkpoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Checkpoint::Auto => "auto",
+            Checkpoint::On => "on",
+            Checkpoint::Off => "off",
+        }
+    }
+}
+
+impl FromStr for Checkpoint {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Checkpoint> {
+        match s {
+            "auto" => Ok(Checkpoint::Auto),
+            "on" => Ok(Checkpoint::On),
+            "off" => Ok(Checkpoint::Off),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown checkpoint setting `{other}` (expected auto, on or off)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The widest head FlashAttention runs (narrower ones are padded to 16, 32, 64 or 128).
 pub const FLASH_MAX_HEAD_WIDTH: usize = 128;
 
@@ -336,6 +378,10 @@ pub struct RunConfig {
     /// Let FP32 GEMMs use TF32 tensor cores (PyTorch's `allow_tf32`); off by default.
     pub tf32: bool,
     pub attention: Attention,
+    /// Activation checkpointing: each block keeps only its input (the residual stream) in the
+    /// forward, and the backward re-runs the block's forward just before the block's backward.
+    /// Nothing changes in a mode without a backward, which keeps nothing.
+    pub checkpoint: bool,
 }
 
 impl RunConfig {
@@ -417,6 +463,9 @@ mod tests {
         assert_eq!("flash".parse::<Attention>().unwrap(), Attention::Flash);
         assert_eq!(Attention::default(), Attention::Naive);
         assert!("sdpa".parse::<Attention>().is_err());
+        assert_eq!("on".parse::<Checkpoint>().unwrap(), Checkpoint::On);
+        assert_eq!(Checkpoint::default(), Checkpoint::Auto);
+        assert!("yes".parse::<Checkpoint>().is_err());
     }
 
     fn run_2p7b(ctx: usize, batch: usize, attention: Attention) -> RunConfig {
@@ -428,6 +477,7 @@ mod tests {
             precision: Precision::Bf16,
             tf32: false,
             attention,
+            checkpoint: false,
         }
     }
 

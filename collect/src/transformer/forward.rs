@@ -1,9 +1,11 @@
 //! The forward pass: embedding, the blocks (pre-norm attention and SwiGLU feed-forward, each
 //! adding into the fp32 residual stream), the final RMSNorm and the LM head; and the loss without
-//! a gradient. What the backward needs is kept in [`Forward`], one [`LayerSaved`] per block.
+//! a gradient. What the backward needs is kept in [`Forward`], one [`BlockKept`] per block: its
+//! [`LayerSaved`], or, with activation checkpointing, only its input, from which the backward
+//! re-runs the block ([`Model::block_saved`]).
 //!
 //! Each block allocates its activations in the order the plan counts them, under its
-//! `layers.N` frame; without `keep` they are freed at the block's end, newest first. The
+//! `layers.N` frame; what is not kept is freed at the block's end, newest first. The
 //! attention core between RoPE and the merge of heads is [`super::attention`]'s.
 
 use super::attention::AttentionSaved;
@@ -12,6 +14,7 @@ use crate::error::Result;
 use crate::gpu::blas::Mat;
 use crate::gpu::device_memory::{Buffer, DType};
 use crate::memory::frames as memory_frames;
+use crate::nvtx::{self, range};
 use crate::transformer::config::RMS_EPS;
 use crate::transformer::params::LayerOffsets;
 
@@ -35,10 +38,29 @@ pub(super) struct LayerSaved {
     pub(super) g: Buffer,
 }
 
-/// What a forward leaves: the logits and, when the backward will follow, every block's
-/// activations.
+/// How much of each block a forward keeps for the backward.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Nothing (no backward follows).
+    Nothing,
+    /// The block's input alone (activation checkpointing).
+    Input,
+    /// Every activation the block's backward reads.
+    All,
+}
+
+/// What the backward has of one block.
+// One per block: boxing the larger variant would save nothing that matters.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum BlockKept {
+    All(LayerSaved),
+    /// The block's input, `[B*T, d_model]` fp32: the rest is computed again from it.
+    Input(Buffer),
+}
+
+/// What a forward leaves: the logits and, when the backward will follow, what every block kept.
 pub struct Forward {
-    pub(super) layers: Vec<LayerSaved>,
+    pub(super) layers: Vec<BlockKept>,
     pub(super) x_final: Buffer,
     pub(super) rstd_final: Buffer,
     pub(super) h_final: Buffer,
@@ -47,7 +69,8 @@ pub struct Forward {
 }
 
 impl Model<'_> {
-    /// The forward pass. With `keep`, every block's activations are kept for [`Model::backward`].
+    /// The forward pass. With `keep`, every block's activations are kept for [`Model::backward`],
+    /// or, with the run's activation checkpointing, every block's input.
     pub fn forward(&mut self, keep: bool) -> Result<Forward> {
         let rt = self.rt;
         let c = &self.run.model;
@@ -69,9 +92,14 @@ impl Model<'_> {
             bt,
             d,
         )?;
-        let mut saved = Vec::with_capacity(if keep { c.layers } else { 0 });
+        let keep = match (keep, self.run.checkpoint) {
+            (false, _) => Keep::Nothing,
+            (true, false) => Keep::All,
+            (true, true) => Keep::Input,
+        };
+        let mut saved = Vec::with_capacity(if keep == Keep::Nothing { 0 } else { c.layers });
         for (li, &lo) in self.layout.layers.iter().enumerate() {
-            self.block_forward(li, lo, &mut x, keep.then_some(&mut saved))?;
+            saved.extend(self.block_forward(li, lo, &mut x, keep)?);
         }
         let rstd_final = self.alloc_in("ln_final", DType::F32, bt)?;
         let h_final = self.alloc_in("ln_final", act, bt * d)?;
@@ -101,15 +129,15 @@ impl Model<'_> {
         })
     }
 
-    /// Block `li`: `x` becomes the block's output. Its activations go to `saved` when given, and
-    /// are otherwise freed here, newest first, inside the block's frame.
+    /// Block `li`: `x` becomes the block's output. What `keep` asks for is returned; the rest is
+    /// freed here, newest first, inside the block's frame.
     fn block_forward(
         &self,
         li: usize,
         lo: LayerOffsets,
         x: &mut Buffer,
-        saved: Option<&mut Vec<LayerSaved>>,
-    ) -> Result<()> {
+        keep: Keep,
+    ) -> Result<Option<BlockKept>> {
         let rt = self.rt;
         let c = &self.run.model;
         let act = self.act();
@@ -189,8 +217,10 @@ impl Model<'_> {
             &x_out,
         )?;
         let x_in = std::mem::replace(x, x_out);
-        if let Some(saved) = saved {
-            saved.push(LayerSaved {
+        // What is not kept is freed here, the block's input first and then the rest newest
+        // first, before the block's frame is popped.
+        Ok(match keep {
+            Keep::All => Some(BlockKept::All(LayerSaved {
                 x_in,
                 rstd1,
                 h1,
@@ -204,11 +234,27 @@ impl Model<'_> {
                 h2,
                 h13,
                 g,
-            });
+            })),
+            Keep::Input => Some(BlockKept::Input(x_in)),
+            Keep::Nothing => None,
+        })
+    }
+
+    /// Block `li`'s activations for its backward: those the forward kept, or, when it kept only
+    /// the block's input, the block's forward run again from it inside the NVTX range
+    /// `recompute`. The same kernels run in the same order on the same input and weights, so
+    /// every tensor is bit for bit the one the forward computed. The block's output, which the
+    /// backward does not need, is freed at once.
+    pub(super) fn block_saved(&self, li: usize, kept: BlockKept) -> Result<LayerSaved> {
+        let mut x = match kept {
+            BlockKept::All(s) => return Ok(s),
+            BlockKept::Input(x_in) => x_in,
+        };
+        let _r = range(nvtx::RECOMPUTE);
+        match self.block_forward(li, self.layout.layers[li], &mut x, Keep::All)? {
+            Some(BlockKept::All(s)) => Ok(s),
+            _ => unreachable!("a block kept whole returns its activations"),
         }
-        // Without `saved`, the activations above are freed here, the block's input first and then
-        // the rest newest first, before the block's frame is popped.
-        Ok(())
     }
 
     /// The mean cross-entropy of `fwd`'s logits against the targets, into the loss scalar

@@ -13,7 +13,9 @@
 //!
 //! Activations are allocated during the forward and freed as the backward consumes them, so the
 //! memory in use rises and falls through a step as PyTorch's does. The forward of a `forward`
-//! step keeps nothing. Every allocation goes through the runtime's
+//! step keeps nothing. With activation checkpointing ([`config::RunConfig::checkpoint`]) each
+//! block keeps only its input, and the backward runs the block's forward again, inside the NVTX
+//! range `recompute`, just before the block's backward. Every allocation goes through the runtime's
 //! [`DeviceMemory`](crate::gpu::device_memory::DeviceMemory), each activation under a module frame
 //! (`layers.3.attn.scores`, [`crate::memory::frames`]) that a recorded memory history keeps. The
 //! plan ([`plan`]) counts memory in this order of allocations and frees, and recorded snapshots

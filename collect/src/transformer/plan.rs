@@ -6,9 +6,11 @@
 //! residual stays fp32 under autocast too).
 //!
 //! The memory model replays the transformer's forward and backward allocation for allocation
-//! (naive or FlashAttention-2, as the run's attention says), so the peak is the byte count
-//! `collect bench` measures. A configuration that would not run is planned all the same, with a
-//! note saying why. Pure arithmetic; rendering through `analyze::render`.
+//! (naive or FlashAttention-2, as the run's attention says; with activation checkpointing, each
+//! block keeping only its input and run again before its backward), so the peak is the byte
+//! count `collect bench` measures. A configuration that would not run is planned all the same,
+//! with a note saying why. [`checkpoint_on`] decides `--checkpoint auto` from the plan without
+//! checkpointing and the device's memory. Pure arithmetic; rendering through `analyze::render`.
 
 use analyze::render::cells::format_bytes;
 use analyze::render::{Cell, Document, Section, Table};
@@ -16,11 +18,68 @@ use serde_json::{json, Value};
 
 use crate::gpu::blas::WORKSPACE_BYTES;
 use crate::gpu::flash;
-use crate::transformer::config::{Attention, Mode, Precision, RunConfig};
+use crate::transformer::config::{Attention, Checkpoint, Mode, Precision, RunConfig};
 use crate::transformer::params::ParamLayout;
 
 /// cuBLAS workspace, as [`crate::gpu::blas`] allocates it.
 pub const CUBLAS_WORKSPACE: u64 = WORKSPACE_BYTES as u64;
+
+/// An H200's device memory as the driver reports it (`cuDeviceTotalMem`, 139.8 GiB): what
+/// `--checkpoint auto` weighs a plan against when there is no device to ask.
+pub const H200_MEMORY: u64 = 150_109_880_320;
+
+/// Whether the plan of `run` fits `capacity` bytes of device memory.
+pub fn fits(run: &RunConfig, capacity: u64) -> bool {
+    plan(run).memory.peak < capacity
+}
+
+/// Whether `run` (its own `checkpoint` aside) runs with activation checkpointing when `choice`
+/// is asked for on a device of `capacity` bytes: never in a mode without a backward, which keeps
+/// nothing; `on` and `off` as said; `auto` exactly when the plan without checkpointing does not
+/// fit.
+pub fn checkpoint_on(choice: Checkpoint, run: &RunConfig, capacity: u64) -> bool {
+    run.mode.backward()
+        && match choice {
+            Checkpoint::On => true,
+            Checkpoint::Off => false,
+            Checkpoint::Auto => !fits(&without_checkpoint(run), capacity),
+        }
+}
+
+/// A size of device memory: a byte count, or a number with a unit (`80GiB`, `141GB`, `512MiB`,
+/// `1.5TiB`; `B`, `KB`/`KiB` and so on, case-insensitive).
+pub fn parse_bytes(text: &str) -> crate::error::Result<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => 0,
+    };
+    match number.parse::<f64>() {
+        Ok(n) if scale > 0 && n > 0.0 && n.is_finite() => Ok((n * scale as f64).round() as u64),
+        _ => Err(crate::Error::InvalidConfig(format!(
+            "`{text}` is not a memory size (bytes, or a number with a unit such as 80GiB or 141GB)"
+        ))),
+    }
+}
+
+fn without_checkpoint(run: &RunConfig) -> RunConfig {
+    RunConfig {
+        checkpoint: false,
+        ..run.clone()
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flops {
@@ -29,8 +88,11 @@ pub struct Flops {
     pub forward: u64,
     /// Twice the forward's (the gradients of both operands of every product).
     pub backward: u64,
-    /// FLOPs of one step of the configuration's mode.
+    /// FLOPs of one step of the configuration's mode, each product counted once.
     pub per_step: u64,
+    /// With activation checkpointing, the blocks' forward run again in the backward: FLOPs the
+    /// step computes beyond `per_step` (0 without).
+    pub recompute: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -39,12 +101,15 @@ pub struct Memory {
     pub gradients: u64,
     pub optimizer_state: u64,
     pub bf16_weights: u64,
-    /// Activations kept for the backward (all blocks and the final norm); in `forward` mode, the
-    /// largest set alive at once (one block's).
+    /// Activations kept for the backward (all blocks, or with checkpointing their inputs, and the
+    /// final norm); in `forward` mode, the largest set alive at once (one block's).
     pub activations: u64,
     /// Of the activations, what the attention cores keep for their backward: `P` on the naive
     /// path, the output and `L` on the flash path (0 in `forward` mode, which keeps nothing).
     pub attention: u64,
+    /// With activation checkpointing, one block's activations, which the backward computes again
+    /// for each block in turn (0 without).
+    pub recomputed: u64,
     /// Logits, plus their gradient when there is a backward.
     pub logits: u64,
     /// cuBLAS workspace, RoPE table, tokens, per-row losses.
@@ -61,6 +126,36 @@ pub struct Plan {
     pub parameters: u64,
     pub flops: Flops,
     pub memory: Memory,
+    /// How `--checkpoint auto` decided, when it did ([`plan_with`]).
+    pub auto_checkpoint: Option<AutoCheckpoint>,
+}
+
+/// What `--checkpoint auto` weighed: the device's memory and the peak without checkpointing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoCheckpoint {
+    pub capacity: u64,
+    pub peak_without: u64,
+}
+
+/// The plan of `run` with its checkpointing decided by `choice` against `capacity` bytes of
+/// device memory ([`checkpoint_on`]), saying how `auto` decided.
+pub fn plan_with(choice: Checkpoint, run: &RunConfig, capacity: u64) -> Plan {
+    let run = RunConfig {
+        checkpoint: checkpoint_on(choice, run, capacity),
+        ..run.clone()
+    };
+    let mut p = plan(&run);
+    if choice == Checkpoint::Auto && run.mode.backward() {
+        p.auto_checkpoint = Some(AutoCheckpoint {
+            capacity,
+            peak_without: if run.checkpoint {
+                plan(&without_checkpoint(&run)).memory.peak
+            } else {
+                p.memory.peak
+            },
+        });
+    }
+    p
 }
 
 pub fn plan(run: &RunConfig) -> Plan {
@@ -80,6 +175,11 @@ pub fn plan(run: &RunConfig) -> Plan {
     let per_step = match run.mode {
         Mode::Forward => forward,
         Mode::ForwardBackward | Mode::Train => forward + backward,
+    };
+    let recompute = if run.checkpoint && run.mode.backward() {
+        l * per_layer_matmul
+    } else {
+        0
     };
 
     let total = ParamLayout::new(c).total as u64;
@@ -106,6 +206,7 @@ pub fn plan(run: &RunConfig) -> Plan {
             forward,
             backward,
             per_step,
+            recompute,
         },
         memory: Memory {
             parameters,
@@ -114,6 +215,7 @@ pub fn plan(run: &RunConfig) -> Plan {
             bf16_weights,
             activations: step.activations,
             attention: step.attention,
+            recomputed: step.recomputed,
             logits: if run.mode.backward() {
                 2 * logits_one
             } else {
@@ -123,6 +225,7 @@ pub fn plan(run: &RunConfig) -> Plan {
             peak: step.peak,
             residual_stream: bt * d * 4,
         },
+        auto_checkpoint: None,
     }
 }
 
@@ -131,18 +234,45 @@ pub fn plan(run: &RunConfig) -> Plan {
 struct Ledger {
     in_use: u64,
     peak: u64,
+    /// Every change made while this is on, in order, to be made again ([`Ledger::replay`]).
+    log: Option<Vec<Change>>,
+}
+
+/// One change of the bytes in use.
+#[derive(Clone, Copy)]
+enum Change {
+    Alloc(u64),
+    Free(u64),
 }
 
 impl Ledger {
     fn alloc(&mut self, bytes: u64) -> u64 {
-        self.in_use += bytes;
-        self.peak = self.peak.max(self.in_use);
+        self.apply(Change::Alloc(bytes));
         bytes
     }
 
     fn free(&mut self, held: &[u64]) {
-        for b in held {
-            self.in_use -= b;
+        for &b in held {
+            self.apply(Change::Free(b));
+        }
+    }
+
+    fn replay(&mut self, changes: &[Change]) {
+        for &c in changes {
+            self.apply(c);
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Alloc(b) => {
+                self.in_use += b;
+                self.peak = self.peak.max(self.in_use);
+            }
+            Change::Free(b) => self.in_use -= b,
+        }
+        if let Some(log) = &mut self.log {
+            log.push(change);
         }
     }
 }
@@ -218,11 +348,19 @@ impl LayerKept {
     }
 }
 
+/// What the backward has of one block: the forward's `BlockKept`.
+enum BlockKept {
+    All(LayerKept),
+    /// The block's input alone (activation checkpointing).
+    Input(u64),
+}
+
 /// What [`replay_step`] finds.
 struct StepMemory {
     peak: u64,
     activations: u64,
     attention: u64,
+    recomputed: u64,
 }
 
 /// One step of `run` replayed allocation by allocation, in the order the transformer makes them
@@ -248,13 +386,19 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
     let m = &mut Ledger {
         in_use: persistent,
         peak: persistent,
+        log: None,
     };
     let keep = run.mode.backward();
+    let checkpoint = keep && run.checkpoint;
 
     // Forward: the embedding's output, then each block.
     let mut x = m.alloc(bt * d * 4);
     let mut layers = Vec::with_capacity(c.layers);
+    // The first block's changes to the memory in use, what it keeps and its output: under
+    // checkpointing the backward makes the same changes again for every block.
+    let mut block: Option<(Vec<Change>, LayerKept, u64)> = None;
     for _ in 0..c.layers {
+        m.log = block.is_none().then(Vec::new);
         let rstd1 = m.alloc(bt * 4);
         let h1 = m.alloc(bt * d * a);
         let qkv = m.alloc(bt * 3 * d * a);
@@ -290,8 +434,13 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
             h13,
             g,
         };
-        if keep {
-            layers.push(layer);
+        let changes = m.log.take().unwrap_or_default();
+        block.get_or_insert((changes, layer, x));
+        if checkpoint {
+            m.free(&layer.all()[1..]);
+            layers.push(BlockKept::Input(layer.x_in));
+        } else if keep {
+            layers.push(BlockKept::All(layer));
         } else {
             m.free(&layer.all());
         }
@@ -306,10 +455,21 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
             peak: m.peak,
             activations: blocks_peak - persistent,
             attention: 0,
+            recomputed: 0,
         };
     }
     let activations = m.in_use - persistent - logits;
-    let attention = layers.iter().map(|l| l.attention.bytes()).sum();
+    let recomputed = match (&block, checkpoint) {
+        (Some((_, l, _)), true) => l.all().iter().sum::<u64>() - l.x_in,
+        _ => 0,
+    };
+    let attention = layers
+        .iter()
+        .map(|l| match l {
+            BlockKept::All(l) => l.attention.bytes(),
+            BlockKept::Input(_) => 0,
+        })
+        .sum();
 
     // Backward: the loss, the head and the final norm, then each block from the last.
     let dlogits = m.alloc(bt * s.v * a);
@@ -319,7 +479,17 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
     let dx = m.alloc(bt * d * 4);
     let dx_bf16 = if a == 2 { m.alloc(bt * d * 2) } else { 0 };
     m.free(&[dh_final, x, rstd_final]);
-    while let Some(l) = layers.pop() {
+    while let Some(kept) = layers.pop() {
+        let l = match kept {
+            BlockKept::All(l) => l,
+            // The block's forward again; its output is freed at once.
+            BlockKept::Input(x_in) => {
+                let (changes, l, x_out) = block.as_ref().expect("a model has blocks");
+                m.replay(changes);
+                m.free(&[*x_out]);
+                LayerKept { x_in, ..*l }
+            }
+        };
         let dg = m.alloc(bt * s.f * a);
         m.free(&[l.g]);
         let dh13 = m.alloc(bt * 2 * s.f * a);
@@ -344,6 +514,7 @@ fn replay_step(run: &RunConfig, persistent: u64) -> StepMemory {
         peak: m.peak,
         activations,
         attention,
+        recomputed,
     }
 }
 
@@ -450,12 +621,14 @@ impl Plan {
                 "mode": self.run.mode.as_str(),
                 "precision": self.run.precision.as_str(),
                 "attention": self.run.attention.as_str(),
+                "checkpoint": self.run.checkpoint,
             },
             "parameters": self.parameters,
             "flops_per_step": self.flops.per_step,
             "flops": {
                 "forward": self.flops.forward,
                 "backward": self.flops.backward,
+                "recompute": self.flops.recompute,
             },
             "memory": {
                 "parameters": m.parameters,
@@ -464,11 +637,31 @@ impl Plan {
                 "bf16_weights": m.bf16_weights,
                 "activations": m.activations,
                 "attention": m.attention,
+                "recomputed": m.recomputed,
                 "logits": m.logits,
                 "other": m.other,
                 "peak": m.peak,
                 "residual_stream": m.residual_stream,
             },
+            "checkpoint_auto": self.auto_checkpoint.as_ref().map(|a| json!({
+                "device_memory": a.capacity,
+                "peak_without_checkpoint": a.peak_without,
+            })),
+        })
+    }
+
+    /// How checkpointing was decided, in a sentence, when `auto` decided it.
+    fn auto_checkpoint_note(&self) -> Option<String> {
+        let a = self.auto_checkpoint.as_ref()?;
+        let against = format!(
+            "the peak without it, {}, against {} of device memory",
+            format_bytes(a.peak_without),
+            format_bytes(a.capacity)
+        );
+        Some(if self.run.checkpoint {
+            format!("--checkpoint auto: on ({against}: does not fit).")
+        } else {
+            format!("--checkpoint auto: off ({against}: fits).")
         })
     }
 
@@ -495,12 +688,35 @@ impl Plan {
                 self.run.mode, self.run.precision, self.run.attention
             )),
         );
+        row(
+            "activation checkpointing",
+            Cell::text(
+                match (self.run.checkpoint, self.auto_checkpoint.is_some()) {
+                    (true, true) => "on (auto)",
+                    (true, false) => "on",
+                    (false, true) => "off (auto)",
+                    (false, false) => "off",
+                },
+            ),
+        );
         row("parameters", Cell::Int(self.parameters as i64));
         row("forward FLOPs", Cell::Int(self.flops.forward as i64));
         row("backward FLOPs", Cell::Int(self.flops.backward as i64));
         row("FLOPs per step", Cell::Int(self.flops.per_step as i64));
+        if self.run.checkpoint {
+            row(
+                "recomputed forward FLOPs",
+                Cell::Int(self.flops.recompute as i64),
+            );
+        }
         let m = &self.memory;
         let mut mem = Table::new(["memory", "bytes", "size"]);
+        let recomputed = [("recomputed per block (checkpointing)", m.recomputed)];
+        let recomputed = if self.run.checkpoint {
+            &recomputed[..]
+        } else {
+            &[]
+        };
         for (k, v) in [
             ("parameters (fp32)", m.parameters),
             ("gradients (fp32)", m.gradients),
@@ -514,15 +730,19 @@ impl Plan {
                 },
                 m.attention,
             ),
+        ]
+        .iter()
+        .chain(recomputed)
+        .chain(&[
             ("logits", m.logits),
             ("other (cuBLAS workspace, tables)", m.other),
             ("peak", m.peak),
             ("residual stream tensor (B x T x d x 4)", m.residual_stream),
-        ] {
+        ]) {
             mem.push(vec![
-                Cell::text(k),
-                Cell::Int(v as i64),
-                Cell::text(format_bytes(v)),
+                Cell::text(*k),
+                Cell::Int(*v as i64),
+                Cell::text(format_bytes(*v)),
             ]);
         }
         Document {
@@ -530,20 +750,30 @@ impl Plan {
                 Section {
                     title: Some("Model".into()),
                     table: model,
-                    notes: vec![
+                    notes: std::iter::once(
                         "FLOPs count matrix products only (2 per multiply-add); backward = 2 x forward; \
                          attention over the whole T x T square, the same for both attention paths."
-                            .into(),
-                    ],
+                            .to_owned(),
+                    )
+                    .chain(self.run.checkpoint.then(|| {
+                        "With activation checkpointing the blocks' forward runs again in the backward: \
+                         the recomputed FLOPs come on top of the FLOPs per step, which count each \
+                         product once."
+                            .to_owned()
+                    }))
+                    .collect(),
                 },
                 Section {
                     title: Some("Memory".into()),
                     table: mem,
                     notes: self
-                        .run
-                        .refusal()
-                        .map(|r| format!("This configuration does not run: {r}."))
+                        .auto_checkpoint_note()
                         .into_iter()
+                        .chain(
+                            self.run
+                                .refusal()
+                                .map(|r| format!("This configuration does not run: {r}.")),
+                        )
                         .collect(),
                 },
             ],
@@ -566,6 +796,7 @@ mod tests {
             precision,
             tf32: false,
             attention: Attention::Naive,
+            checkpoint: false,
         }
     }
 
@@ -688,11 +919,10 @@ mod tests {
     }
 
     /// The long contexts the naive path cannot run: 2.7B, bf16, train, ctx 16384 x batch 1 fits
-    /// an H200 (about 140 GiB) with flash; ctx 8192 x batch 4 keeps twice the tokens'
-    /// activations, 3.7 GiB a block, and does not fit even so.
+    /// an H200 (139.8 GiB) with flash; ctx 8192 x batch 4 keeps twice the tokens' activations,
+    /// 3.7 GiB a block, and fits only with activation checkpointing, which `auto` turns on.
     #[test]
     fn long_contexts_with_flash_against_an_h200() {
-        let h200 = 140 << 30;
         for (ctx, batch, fits) in [(16384, 1, true), (8192, 4, false)] {
             let r = RunConfig {
                 ctx,
@@ -702,7 +932,23 @@ mod tests {
             };
             assert_eq!(r.refusal(), None);
             let p = plan(&r).memory;
-            assert_eq!(p.peak < h200, fits, "ctx {ctx}: {}", format_bytes(p.peak));
+            assert_eq!(
+                p.peak < H200_MEMORY,
+                fits,
+                "ctx {ctx}: {}",
+                format_bytes(p.peak)
+            );
+            assert_eq!(checkpoint_on(Checkpoint::Auto, &r, H200_MEMORY), !fits);
+            let auto = plan_with(Checkpoint::Auto, &r, H200_MEMORY);
+            assert_eq!(auto.run.checkpoint, !fits);
+            assert_eq!(
+                auto.auto_checkpoint,
+                Some(AutoCheckpoint {
+                    capacity: H200_MEMORY,
+                    peak_without: p.peak
+                })
+            );
+            assert!(auto.memory.peak < H200_MEMORY);
             // Everything but the attention is the naive path's too: P alone would be 2 GiB
             // (ctx 16384 x batch 1) or 16 GiB per layer.
             let naive = plan(&RunConfig {
@@ -711,6 +957,118 @@ mod tests {
             })
             .memory;
             assert!(naive.peak > p.peak + (32 << 30));
+        }
+    }
+
+    /// The configuration checkpointing is for: 2.7B, ctx 8192 x batch 4, flash, bf16, train.
+    /// Without it the blocks keep 118.6 GiB and the step peaks at 177.0 GiB; with it they keep
+    /// their inputs, 32 x 320 MiB, and the step peaks at 72.2 GiB, under an H200's 139.8.
+    #[test]
+    fn checkpointing_fits_2_7b_at_ctx_8192_batch_4_on_an_h200() {
+        let off = RunConfig {
+            ctx: 8192,
+            batch: 4,
+            attention: Attention::Flash,
+            ..run("2.7B", Mode::Train, Precision::Bf16)
+        };
+        let on = RunConfig {
+            checkpoint: true,
+            ..off.clone()
+        };
+        let (p_off, p_on) = (plan(&off), plan(&on));
+        assert_eq!(format_bytes(p_off.memory.peak), "177.0 GiB");
+        assert_eq!(format_bytes(p_off.memory.activations), "118.6 GiB");
+        assert!(
+            p_on.memory.peak < 139 << 30,
+            "{}",
+            format_bytes(p_on.memory.peak)
+        );
+        assert_eq!(format_bytes(p_on.memory.peak), "72.2 GiB");
+        let residual = p_on.memory.residual_stream;
+        assert_eq!(residual, 320 << 20);
+        // The blocks' inputs, and the final norm's input, rstd and output.
+        let bt = 8192 * 4;
+        assert_eq!(
+            p_on.memory.activations,
+            32 * residual + residual + bt * 4 + bt * 2560 * 2
+        );
+        assert_eq!(p_on.memory.attention, 0);
+        // One block's activations but its input: 3.7 GiB a block with it.
+        assert_eq!(
+            p_on.memory.recomputed + residual,
+            (p_off.memory.activations - (residual + bt * 4 + bt * 2560 * 2)) / 32
+        );
+        assert_eq!(p_on.flops.per_step, p_off.flops.per_step);
+        assert_eq!(p_off.flops.recompute, 0);
+        assert_eq!(
+            p_on.flops.recompute,
+            p_on.flops.forward - 2 * bt * 2560 * 10_000
+        );
+    }
+
+    #[test]
+    fn checkpointing_lowers_every_peak_with_a_backward_and_changes_nothing_without() {
+        for attention in [Attention::Naive, Attention::Flash] {
+            for r in every_run(attention) {
+                let on = RunConfig {
+                    checkpoint: true,
+                    ..r.clone()
+                };
+                let (off, on) = (plan(&r), plan(&on));
+                if !r.mode.backward() {
+                    assert_eq!(off.memory, on.memory, "{r:?}");
+                    assert_eq!(on.flops.recompute, 0);
+                    assert!(!checkpoint_on(Checkpoint::On, &r, 0));
+                    continue;
+                }
+                assert!(on.memory.peak < off.memory.peak, "{r:?}");
+                assert!(on.memory.activations < off.memory.activations, "{r:?}");
+                assert!(on.memory.recomputed > 0);
+                // Auto against a device just big enough for the plan without it: off; one byte
+                // smaller: on.
+                assert!(!checkpoint_on(Checkpoint::Auto, &r, off.memory.peak + 1));
+                assert!(checkpoint_on(Checkpoint::Auto, &r, off.memory.peak));
+                assert!(!checkpoint_on(Checkpoint::Off, &r, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_says_how_auto_decided() {
+        let r = run("small", Mode::Train, Precision::Fp32);
+        let fits = plan_with(Checkpoint::Auto, &r, H200_MEMORY);
+        let doc = fits.document();
+        assert!(!fits.run.checkpoint);
+        assert!(
+            doc.sections[1].notes[0].starts_with("--checkpoint auto: off (the peak without it, ")
+        );
+        let small_device = plan_with(Checkpoint::Auto, &r, 1 << 30);
+        assert!(small_device.run.checkpoint);
+        assert!(small_device.document().sections[1].notes[0]
+            .ends_with("against 1.0 GiB of device memory: does not fit)."));
+        let json = small_device.to_json();
+        assert_eq!(json["config"]["checkpoint"], true);
+        assert_eq!(json["checkpoint_auto"]["device_memory"], 1u64 << 30);
+        assert_eq!(
+            json["checkpoint_auto"]["peak_without_checkpoint"],
+            fits.memory.peak
+        );
+        assert_eq!(plan_with(Checkpoint::On, &r, 0).auto_checkpoint, None);
+        let forward = run("small", Mode::Forward, Precision::Fp32);
+        assert_eq!(
+            plan_with(Checkpoint::Auto, &forward, 1).auto_checkpoint,
+            None
+        );
+    }
+
+    #[test]
+    fn memory_sizes_parse_with_or_without_a_unit() {
+        assert_eq!(parse_bytes("150109880320").unwrap(), H200_MEMORY);
+        assert_eq!(parse_bytes("80GiB").unwrap(), 80 << 30);
+        assert_eq!(parse_bytes("141 GB").unwrap(), 141_000_000_000);
+        assert_eq!(parse_bytes("0.5mib").unwrap(), 512 << 10);
+        for bad in ["", "GiB", "12 parsecs", "-1GB", "0"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
 }
