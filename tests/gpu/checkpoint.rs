@@ -195,8 +195,24 @@ fn a_checkpointed_run_recomputes_each_block_inside_backward() {
             expected.extend(at(4, forward));
             expected.extend(at(3, backward));
         }
-        expected.push((2, "optimizer".to_owned()));
-        assert_eq!(*names.borrow(), expected, "{attention}");
+        // The optimizer's updates cut the backward into pieces (one per update launched beside
+        // it): read without them, the pieces are one backward.
+        let mut seen: Vec<(usize, String)> = Vec::new();
+        for (depth, name) in names.borrow().iter().cloned() {
+            let piece = depth == 2 && name == "backward";
+            if (depth == 2 && name == "optimizer")
+                || (piece && seen.last() == Some(&(2, "backward".to_owned())))
+            {
+                continue;
+            }
+            seen.push((depth, name));
+        }
+        assert_eq!(seen, expected, "{attention}");
+        assert_eq!(
+            names.borrow().last(),
+            Some(&(2, "optimizer".to_owned())),
+            "{attention}: the step ends with an update"
+        );
     }
 }
 
