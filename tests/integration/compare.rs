@@ -129,7 +129,7 @@ fn python3() -> bool {
 #[test]
 fn kernels_scaled_by_1_1_trip_fail_if_slower_5() {
     if !python3() {
-        eprintln!("skipped: python3 is not available to run scripts/scale_kernel_durations.py");
+        eprintln!("skipped: python3 is not available to run scripts/bench/scale_kernel_durations.py");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -137,7 +137,7 @@ fn kernels_scaled_by_1_1_trip_fail_if_slower_5() {
     let before = std::fs::read(&input).unwrap();
     let scaled = dir.path().join("scaled.sqlite");
     let made = Command::new("python3")
-        .arg(common::root().join("scripts/scale_kernel_durations.py"))
+        .arg(common::root().join("scripts/bench/scale_kernel_durations.py"))
         .arg(&input)
         .arg(&scaled)
         .output()

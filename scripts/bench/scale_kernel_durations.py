@@ -9,7 +9,7 @@ The input is only read, never written: it is copied first (unpacked if it is gzi
 the copy is changed. The output is written under a temporary name in its folder and renamed into
 place when complete; a name ending in `.gz` is written gzip-compressed.
 
-    scripts/scale_kernel_durations.py IN.sqlite[.gz] OUT.sqlite[.gz] [--factor 1.1]
+    scripts/bench/scale_kernel_durations.py IN.sqlite[.gz] OUT.sqlite[.gz] [--factor 1.1]
 
 Standard library only (sqlite3, gzip); runs on any machine. The `analyze compare` tests call it
 at this path, which is why it sits at the top of scripts/.
