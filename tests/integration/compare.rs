@@ -129,7 +129,9 @@ fn python3() -> bool {
 #[test]
 fn kernels_scaled_by_1_1_trip_fail_if_slower_5() {
     if !python3() {
-        eprintln!("skipped: python3 is not available to run scripts/bench/scale_kernel_durations.py");
+        eprintln!(
+            "skipped: python3 is not available to run scripts/bench/scale_kernel_durations.py"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ mod collect_attention;
 mod collect_cli;
 mod collect_fixtures;
 mod collect_plan;
+mod collect_snapshots;
 mod collect_writers;
 mod compare;
 mod compare_work;
