@@ -6,7 +6,6 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use analyze::formats;
 use analyze::kernels::class::{Classifier, KernelClass};
@@ -25,18 +24,8 @@ fn run(rel: &str) -> Profile {
 /// The export unpacked into a temporary file, for plain SQL.
 fn unpacked(rel: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("export.sqlite");
-    let mut input =
-        flate2::read::GzDecoder::new(std::fs::File::open(common::fixture(rel)).unwrap());
-    std::io::copy(&mut input, &mut std::fs::File::create(&path).unwrap()).unwrap();
+    let path = common::unpacked(rel, dir.path(), "export.sqlite");
     (dir, path)
-}
-
-fn analyze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_analyze"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]
@@ -133,7 +122,7 @@ fn compare_of_the_pair_reports_no_large_change() {
         common::fixture(NODE).display().to_string(),
     );
     for (a, b) in [(&node, &graph), (&graph, &node)] {
-        let out = analyze(&["compare", a, b, "--fail-if-slower", "5", "-f", "json"]);
+        let out = common::analyze(&["compare", a, b, "--fail-if-slower", "5", "-f", "json"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         assert!(

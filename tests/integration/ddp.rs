@@ -7,7 +7,6 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use analyze::formats;
 use analyze::kernels::class::{Classifier, KernelClass};
@@ -24,18 +23,8 @@ fn run() -> Profile {
 
 fn unpacked() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ddp.sqlite");
-    let mut input =
-        flate2::read::GzDecoder::new(std::fs::File::open(common::fixture(DDP)).unwrap());
-    std::io::copy(&mut input, &mut std::fs::File::create(&path).unwrap()).unwrap();
+    let path = common::unpacked(DDP, dir.path(), "ddp.sqlite");
     (dir, path)
-}
-
-fn analyze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_analyze"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// deviceId -> (process, kernels, total ns, NCCL kernel ns), by plain SQL.
@@ -137,7 +126,7 @@ fn device_and_process_filters_keep_one_rank() {
     let json = |args: &[&str]| -> Value {
         let mut all = vec!["profile", f.as_str(), "-f", "json"];
         all.extend_from_slice(args);
-        let out = analyze(&all);
+        let out = common::analyze(&all);
         assert!(
             out.status.success(),
             "{}",
@@ -161,7 +150,7 @@ fn device_and_process_filters_keep_one_rank() {
             assert_eq!(v["measured_steps"], 3);
         }
     }
-    let out = analyze(&["profile", &f, "--device", "7"]);
+    let out = common::analyze(&["profile", &f, "--device", "7"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -171,14 +160,14 @@ fn device_and_process_filters_keep_one_rank() {
 #[test]
 fn the_table_and_the_report_name_the_slowest_rank() {
     let f = common::fixture(DDP);
-    let out = analyze(&["profile", f.to_str().unwrap()]);
+    let out = common::analyze(&["profile", f.to_str().unwrap()]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("Per device and process"), "{text}");
     assert!(text.contains("Slowest: device 1 (process 646)"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let o = analyze(&[
+    let o = common::analyze(&[
         "report",
         "-q",
         "--no-plots",
