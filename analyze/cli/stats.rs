@@ -31,8 +31,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
     let reports = Report::parse_list(&args.report).map_err(anyhow::Error::msg)?;
-    let trace = analyze::formats::load_trace(&args.file)?;
-    let (doc, skipped) = stats::document(&trace, &reports);
+    let (doc, skipped) = stats::document_file(&args.file, &reports)?;
     for missing in skipped {
         eprintln!("skipped: {} {missing}", args.file.display());
     }

@@ -22,6 +22,7 @@ pub mod nsys_rep;
 pub mod nsys_sqlite;
 pub mod pickle;
 pub mod run_metadata;
+pub mod sqlite_pages;
 pub mod temp_file;
 pub mod torch_snapshot;
 

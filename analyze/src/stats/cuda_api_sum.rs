@@ -8,10 +8,10 @@
 //! descending; equal totals keep the order in which the names first occur in the export (nsys
 //! keeps its string-id order, which we cannot see). Call durations are host time, not GPU time.
 
-use crate::model::trace::{StrId, Trace};
+use crate::model::trace::Trace;
 use crate::render::Table;
 
-use super::attribution::FastMap;
+use super::gather::Gathered;
 use super::{time_table, TimeRow};
 
 /// A function name as nsys prints it: a trailing `_vNNNN` (exactly six characters starting with
@@ -26,28 +26,23 @@ pub fn display_name(name: &str) -> &str {
     }
 }
 
-/// The rows of `cuda_api_sum`.
-pub fn rows(trace: &Trace) -> Vec<TimeRow> {
-    let mut groups: FastMap<StrId, Vec<i64>> = FastMap::default();
-    for c in &trace.api_calls {
-        groups.entry(c.name).or_default().push(c.duration().0);
-    }
-    let mut groups: Vec<(StrId, Vec<i64>)> = groups.into_iter().collect();
-    // Interned ids follow first occurrence in the export: the stable sort below keeps that order
-    // among equal totals.
-    groups.sort_unstable_by_key(|g| g.0);
-    let mut rows = TimeRow::from_groups(
-        groups
-            .into_iter()
-            .map(|(name, d)| (display_name(trace.name(name)).to_owned(), d)),
-    );
+/// The rows of `cuda_api_sum`, from the calls' durations gathered per function in the order the
+/// functions first occur.
+pub fn rows(trace: &Trace, gathered: &Gathered) -> Vec<TimeRow> {
+    let mut rows = TimeRow::from_summaries(gathered.functions.iter().filter_map(|(name, d)| {
+        Some((
+            display_name(trace.name(*name)).to_owned(),
+            d.clone().summary()?,
+        ))
+    }));
+    // Equal totals keep the order of first occurrence.
     rows.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
     rows
 }
 
 /// `cuda_api_sum` as nsys prints it.
-pub fn table(trace: &Trace) -> Table {
-    time_table(&rows(trace), "Num Calls", "Name")
+pub fn table(trace: &Trace, gathered: &Gathered) -> Table {
+    time_table(&rows(trace, gathered), "Num Calls", "Name")
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use crate::model::trace::{Kernel, StrId, Trace};
 use crate::render::Table;
 
 use super::attribution::FastMap;
+use super::gather::{Gathered, KernelNames, Samples};
 use super::{time_table, TimeRow};
 
 /// Which of a kernel's names to group by.
@@ -32,19 +33,34 @@ impl KernelName {
             KernelName::Mangled => k.mangled_name.unwrap_or(k.name),
         }
     }
+
+    /// The name of a kernel gathered with `names`.
+    pub fn of_names(self, names: &KernelNames) -> StrId {
+        match self {
+            KernelName::Demangled => names.name,
+            KernelName::Short => names.short,
+            KernelName::Mangled => names.mangled.unwrap_or(names.name),
+        }
+    }
 }
 
 /// The rows of `cuda_gpu_kern_sum`.
-pub fn rows(trace: &Trace, names: KernelName) -> Vec<TimeRow> {
-    let mut groups: FastMap<StrId, Vec<i64>> = FastMap::default();
-    for k in &trace.kernels {
-        groups.entry(names.of(k)).or_default().push(k.duration().0);
-    }
-    let mut rows = TimeRow::from_groups(
+pub fn rows(trace: &Trace, gathered: &Gathered, names: KernelName) -> Vec<TimeRow> {
+    // The kernels of each name, gathered one name at a time.
+    let mut groups: FastMap<StrId, Vec<usize>> = FastMap::default();
+    for (i, (_, kid, _)) in gathered.kernels.iter().enumerate() {
         groups
-            .into_iter()
-            .map(|(name, d)| (trace.name(name).to_owned(), d)),
-    );
+            .entry(names.of_names(&gathered.kernel_names[*kid as usize]))
+            .or_default()
+            .push(i);
+    }
+    let mut rows = TimeRow::from_summaries(groups.into_iter().filter_map(|(name, parts)| {
+        let mut d = Samples::default();
+        for i in parts {
+            d.extend_from(&gathered.kernels[i].2, 1);
+        }
+        Some((trace.name(name).to_owned(), d.summary()?))
+    }));
     rows.sort_by(|a, b| {
         b.summary
             .total
@@ -56,6 +72,6 @@ pub fn rows(trace: &Trace, names: KernelName) -> Vec<TimeRow> {
 }
 
 /// `cuda_gpu_kern_sum` as nsys prints it.
-pub fn table(trace: &Trace, names: KernelName) -> Table {
-    time_table(&rows(trace, names), "Instances", "Name")
+pub fn table(trace: &Trace, gathered: &Gathered, names: KernelName) -> Table {
+    time_table(&rows(trace, gathered, names), "Instances", "Name")
 }

@@ -11,20 +11,25 @@ pub mod attribution;
 pub mod cuda_api_sum;
 pub mod cuda_gpu_kern_sum;
 pub mod cuda_gpu_mem_sum;
+pub mod gather;
 pub mod nvtx_gpu_proj_sum;
 pub mod nvtx_kern_sum;
 pub mod nvtx_sum;
+mod stream;
 pub mod summary;
 
 use std::fmt;
 
+use rayon::prelude::*;
+
 use serde::Serialize;
 
-use crate::model::trace::Trace;
+use crate::model::trace::{Range, Trace};
 use crate::render::cells::opt_float;
 use crate::render::{Cell, Document, Section, Table};
 
 pub use cuda_gpu_kern_sum::KernelName;
+pub use stream::document_file;
 pub use summary::Summary;
 
 /// The reports `analyze stats` reproduces.
@@ -206,12 +211,75 @@ pub fn report(trace: &Trace, report: Report) -> Result<Table, Missing> {
     reports(trace, &[report]).remove(0)
 }
 
-/// Compute several reports of one trace, sharing the work they have in common.
+/// What the kernels and API calls must give the reports `reports`.
+fn needs(reports: &[Report]) -> gather::Needs {
+    let any = |f: fn(&Report) -> bool| reports.iter().any(f);
+    gather::Needs {
+        api_sum: any(|r| *r == Report::CudaApiSum),
+        kernels: any(|r| {
+            matches!(
+                r,
+                Report::CudaGpuKernSum(_) | Report::NvtxKernSum(_) | Report::NvtxGpuProjSum
+            )
+        }),
+        attribution: any(|r| matches!(r, Report::NvtxKernSum(_) | Report::NvtxGpuProjSum)),
+        presence: any(|r| matches!(r, Report::NvtxKernSum(_))),
+        projection: any(|r| *r == Report::NvtxGpuProjSum),
+        mangled: any(|r| {
+            matches!(
+                r,
+                Report::CudaGpuKernSum(KernelName::Mangled)
+                    | Report::NvtxKernSum(KernelName::Mangled)
+            )
+        }),
+    }
+}
+
+/// Whether a report reads NVTX ranges, and memory operations.
+fn reads_ranges(reports: &[Report]) -> (bool, bool) {
+    (
+        reports.iter().any(|r| {
+            matches!(
+                r,
+                Report::NvtxSum | Report::NvtxKernSum(_) | Report::NvtxGpuProjSum
+            )
+        }),
+        reports.iter().any(|r| {
+            matches!(
+                r,
+                Report::CudaGpuMemTimeSum | Report::CudaGpuMemSizeSum | Report::NvtxGpuProjSum
+            )
+        }),
+    )
+}
+
+/// Compute several reports of one trace, sharing the work they have in common: its kernels and
+/// API calls are gathered once ([`gather`]) for all of them.
 pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>> {
-    let shared = std::cell::OnceCell::new();
-    let attribution = || shared.get_or_init(|| attribution::Attribution::new(trace));
+    let needs = needs(reports);
+    let ranges = attribution::all_ranges(trace);
+    let labels = attribution::Labels::new(trace, &ranges);
+    let enclosure = gather::Enclosure::new(
+        if needs.attribution { &ranges } else { &[] },
+        &labels.of_range,
+    );
+    let gathered = gather::Gathered::from_trace(trace, needs, &enclosure);
+    tables(trace, &ranges, &labels, gathered, reports)
+}
+
+/// The reports of a trace whose kernels and API calls are `gathered` (the trace may hold none of
+/// them); `ranges` are all its ranges in start order. Independent reports are computed side by
+/// side.
+fn tables(
+    trace: &Trace,
+    ranges: &[Range],
+    labels: &attribution::Labels,
+    gathered: gather::Gathered,
+    reports: &[Report],
+) -> Vec<Result<Table, Missing>> {
+    let gathered = &gathered;
     reports
-        .iter()
+        .par_iter()
         .map(|&report| {
             for need in report.needs() {
                 let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
@@ -220,15 +288,15 @@ pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>>
                 }
             }
             Ok(match report {
-                Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, names),
-                Report::CudaApiSum => cuda_api_sum::table(trace),
+                Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, gathered, names),
+                Report::CudaApiSum => cuda_api_sum::table(trace, gathered),
                 Report::CudaGpuMemTimeSum => cuda_gpu_mem_sum::time_table(trace),
                 Report::CudaGpuMemSizeSum => cuda_gpu_mem_sum::size_table(trace),
                 Report::NvtxSum => nvtx_sum::table(trace),
                 Report::NvtxKernSum(names) => {
-                    nvtx_kern_sum::table_with(trace, attribution(), names)
+                    nvtx_kern_sum::table(trace, ranges, labels, gathered, names)
                 }
-                Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table_with(trace, attribution()),
+                Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table(ranges, labels, gathered),
             })
         })
         .collect()
@@ -239,9 +307,16 @@ pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>>
 /// is left out; what it lacks comes back beside the document, in order.
 pub fn document(trace: &Trace, named: &[(String, Report)]) -> (Document, Vec<Missing>) {
     let kinds: Vec<Report> = named.iter().map(|r| r.1).collect();
+    assemble(named, reports(trace, &kinds))
+}
+
+fn assemble(
+    named: &[(String, Report)],
+    results: Vec<Result<Table, Missing>>,
+) -> (Document, Vec<Missing>) {
     let mut doc = Document::default();
     let mut skipped = Vec::new();
-    for ((name, _), result) in named.iter().zip(reports(trace, &kinds)) {
+    for ((name, _), result) in named.iter().zip(results) {
         match result {
             Ok(table) => doc.sections.push(Section {
                 title: (named.len() > 1).then(|| name.clone()),
@@ -269,13 +344,18 @@ impl TimeRow {
     /// One row per (name, durations) group, in no particular order; percentages of the sum of all
     /// groups. Empty groups are dropped.
     pub fn from_groups(groups: impl Iterator<Item = (String, Vec<i64>)>) -> Vec<TimeRow> {
+        TimeRow::from_summaries(
+            groups.filter_map(|(name, mut d)| Some((name, Summary::of(&mut d)?))),
+        )
+    }
+
+    /// One row per (name, summary); percentages of the sum of all.
+    pub fn from_summaries(groups: impl Iterator<Item = (String, Summary)>) -> Vec<TimeRow> {
         let mut rows: Vec<TimeRow> = groups
-            .filter_map(|(name, mut d)| {
-                Some(TimeRow {
-                    percent: None,
-                    summary: Summary::of(&mut d)?,
-                    name,
-                })
+            .map(|(name, summary)| TimeRow {
+                percent: None,
+                summary,
+                name,
             })
             .collect();
         // Saturating: only a damaged file's durations come near the limits of i64.

@@ -23,11 +23,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::model::trace::{Range, RangeStyle, Trace};
+use crate::model::trace::{Range, RangeStyle};
 use crate::render::cells::opt_float;
 use crate::render::{Cell, Table};
 
-use super::attribution::{is_attributable, Attribution, FastMap};
+use super::attribution::{is_attributable, FastMap, Labels};
+use super::gather::{Gathered, Projection};
 use super::{duration_cells, Summary};
 
 /// A row of `nvtx_gpu_proj_sum`.
@@ -47,51 +48,24 @@ pub struct ProjRow {
     pub avg_children: f64,
 }
 
-/// One projected range instance.
-struct Projection {
-    start: i64,
-    end: i64,
-    correlations: Vec<u64>,
-}
-
-/// The rows of `nvtx_gpu_proj_sum`.
-pub fn rows(trace: &Trace) -> Vec<ProjRow> {
-    rows_with(trace, &Attribution::new(trace))
-}
-
-/// [`rows`], with the attribution of GPU work to ranges already made.
-pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
-    let Attribution {
-        ranges,
-        launchers,
-        enclosing,
-        labels,
-    } = attribution;
-    // Every GPU operation as (pid, correlation id, start, end).
-    let ops = trace
-        .kernels
-        .iter()
-        .map(|k| (k.pid, k.correlation_id, k.start.0, k.end.0))
-        .chain(
-            trace
-                .mem_ops
-                .iter()
-                .map(|m| (m.pid, m.correlation_id, m.start.0, m.end.0)),
-        );
-
+/// The rows of `nvtx_gpu_proj_sum`, from the GPU work gathered by launch context; `ranges` are
+/// all the trace's ranges in start order, `labels` theirs.
+pub fn rows(ranges: &[Range], labels: &Labels, gathered: &Gathered) -> Vec<ProjRow> {
+    // Each range's projection: the span and distinct correlation ids of the work of every
+    // launch context it encloses (a context's ids are its own: an id has one context).
     let mut projections: FastMap<u32, Projection> = FastMap::default();
-    for (pid, corr, start, end) in ops {
-        for call in launchers.of(pid, corr) {
-            for &r in enclosing.of(call) {
-                let p = projections.entry(r).or_insert(Projection {
-                    start,
-                    end,
-                    correlations: Vec::new(),
-                });
-                p.start = p.start.min(start);
-                p.end = p.end.max(end);
-                p.correlations.push(corr);
-            }
+    let mut attributions: Vec<(&u32, &Projection)> = gathered.projections.iter().collect();
+    attributions.sort_unstable_by_key(|a| *a.0);
+    for (&a, p) in attributions {
+        for r in gathered.ranges(a) {
+            projections
+                .entry(r)
+                .and_modify(|q| {
+                    q.start = q.start.min(p.start);
+                    q.end = q.end.max(p.end);
+                    q.ops += p.ops;
+                })
+                .or_insert(*p);
         }
     }
 
@@ -114,7 +88,7 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
     }
     // Keyed by (name, style text): iteration order is nsys's grouping order, kept among ties.
     let mut groups: BTreeMap<(&str, &'static str), Group> = BTreeMap::new();
-    for (r, mut p) in projections {
+    for (r, p) in projections {
         let range = &ranges[r as usize];
         let label = labels.text[labels.of_range[r as usize] as usize].as_str();
         let g = groups
@@ -127,11 +101,9 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution) -> Vec<ProjRow> {
                 levels: Vec::new(),
                 children: 0,
             });
-        p.correlations.sort_unstable();
-        p.correlations.dedup();
         g.projected.push(p.end - p.start);
         g.range_time += range.duration().0;
-        g.ops += p.correlations.len() as u64;
+        g.ops += p.ops;
         g.levels.extend(levels[r as usize].map(i64::from));
         g.children += children.get(&r).copied().unwrap_or(0);
     }
@@ -254,12 +226,7 @@ fn levels(parents: &[Option<u32>]) -> Vec<Option<u32>> {
 }
 
 /// `nvtx_gpu_proj_sum` as nsys prints it.
-pub fn table(trace: &Trace) -> Table {
-    table_with(trace, &Attribution::new(trace))
-}
-
-/// [`table`], with the attribution of GPU work to ranges already made.
-pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
+pub fn table(ranges: &[Range], labels: &Labels, gathered: &Gathered) -> Table {
     let mut t = Table::new([
         "Range",
         "Style",
@@ -276,7 +243,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
         "Avg Range Lvl",
         "Avg Num Child",
     ]);
-    for r in rows_with(trace, attribution) {
+    for r in rows(ranges, labels, gathered) {
         // nsys puts the range time between the projection's total and the rest of its summary.
         let [total, count, mean, median, min, max, std_dev] = duration_cells(&r.projected);
         t.push(vec![
@@ -302,7 +269,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::trace::{Nanos, Source, SourceFormat};
+    use crate::model::trace::{Nanos, Source, SourceFormat, Trace};
 
     fn trace(ranges: &[(i64, i64)]) -> Trace {
         let mut t = Trace::empty(Source::new("test", SourceFormat::NsysSqlite));

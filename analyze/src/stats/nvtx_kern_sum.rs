@@ -16,11 +16,12 @@
 
 use serde::Serialize;
 
-use crate::model::trace::{RangeStyle, StrId, Trace};
+use crate::model::trace::{Range, RangeStyle, StrId, Trace};
 use crate::render::cells::opt_int;
 use crate::render::{Cell, Table};
 
-use super::attribution::{Attribution, FastMap};
+use super::attribution::{FastMap, Labels};
+use super::gather::{Gathered, Samples, Slot};
 use super::{duration_cells, KernelName, Summary};
 
 /// A row of `nvtx_kern_sum`.
@@ -50,68 +51,67 @@ struct Key {
 
 #[derive(Default)]
 struct Group {
-    durations: Vec<i64>,
+    /// (index into the gathered kernels, times each of their durations counts).
+    parts: Vec<(u32, u32)>,
     ranges: Vec<u32>,
     kernels: u64,
-    last_kernel: Option<usize>,
 }
 
-/// The rows of `nvtx_kern_sum`, kernels named as `names` says.
-pub fn rows(trace: &Trace, names: KernelName) -> Vec<NvtxKernRow> {
-    rows_with(trace, &Attribution::new(trace), names)
-}
-
-/// [`rows`], with the attribution of GPU work to ranges already made.
-pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) -> Vec<NvtxKernRow> {
-    let Attribution {
-        ranges: all_ranges,
-        launchers,
-        enclosing,
-        labels,
-    } = attribution;
+/// The rows of `nvtx_kern_sum`, kernels named as `names` says, from the kernels gathered by
+/// launch context; `ranges` are all the trace's ranges in start order, `labels` theirs.
+pub fn rows(
+    trace: &Trace,
+    ranges: &[Range],
+    labels: &Labels,
+    gathered: &Gathered,
+    names: KernelName,
+) -> Vec<NvtxKernRow> {
     let mut groups: FastMap<Key, Group> = FastMap::default();
-    let mut add = |key: Key, kernel: usize, duration: i64, range: Option<u32>| {
-        let g = groups.entry(key).or_default();
-        g.durations.push(duration);
-        g.ranges.extend(range);
-        // A kernel's pairs are added one after another: counting changes of kernel counts
-        // distinct kernels.
-        if g.last_kernel != Some(kernel) {
-            g.kernels += 1;
-            g.last_kernel = Some(kernel);
-        }
-    };
-    for (ki, k) in trace.kernels.iter().enumerate() {
-        let kernel = names.of(k);
-        let duration = k.duration().0;
-        let calls = launchers.of(k.pid, k.correlation_id);
-        if calls.is_empty() {
+    // Durations and kernel counts, by the slot keys of the kernels' attributions: each
+    // (call, range) slot is a row of nsys's join.
+    let mut keys: Vec<(Key, u32)> = Vec::new();
+    for (i, (sig, kid, d)) in gathered.kernels.iter().enumerate() {
+        let kernel = names.of_names(&gathered.kernel_names[*kid as usize]);
+        keys.clear();
+        for &(pid, tid, label, style) in &gathered.sigs[*sig as usize] {
             let key = Key {
-                pid: None,
-                tid: None,
-                label: None,
-                style: None,
+                pid,
+                tid,
+                label,
+                style,
                 kernel,
             };
-            add(key, ki, duration, None);
-        }
-        for call in calls {
-            let c = &trace.api_calls[call as usize];
-            let ranges = enclosing.of(call);
-            let mut key = Key {
-                pid: Some(c.pid),
-                tid: Some(c.tid),
-                label: None,
-                style: None,
-                kernel,
-            };
-            if ranges.is_empty() {
-                add(key, ki, duration, None);
+            match keys.iter_mut().find(|k| k.0 == key) {
+                Some(k) => k.1 += 1,
+                None => keys.push((key, 1)),
             }
-            for &r in ranges {
-                key.label = Some(labels.of_range[r as usize]);
-                key.style = Some(all_ranges[r as usize].style);
-                add(key, ki, duration, Some(r));
+        }
+        for (key, times) in keys.drain(..) {
+            let g = groups.entry(key).or_default();
+            g.parts.push((i as u32, times));
+            g.kernels += d.len() as u64;
+        }
+    }
+    // The range instances of each row: those enclosing a launch of one of its kernels.
+    let mut slots: Option<(u32, Vec<Slot>)> = None;
+    for &(attribution, kid) in &gathered.presence {
+        if slots.as_ref().is_none_or(|s| s.0 != attribution) {
+            slots = Some((attribution, gathered.slots(attribution)));
+        }
+        let kernel = names.of_names(&gathered.kernel_names[kid as usize]);
+        for slot in &slots.as_ref().expect("set above").1 {
+            let Some(r) = slot.range else {
+                continue;
+            };
+            let key = Key {
+                pid: slot.pid,
+                tid: slot.tid,
+                label: Some(labels.of_range[r as usize]),
+                style: Some(ranges[r as usize].style),
+                kernel,
+            };
+            if let Some(g) = groups.get_mut(&key) {
+                g.ranges.push(r);
             }
         }
     }
@@ -121,6 +121,10 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) ->
         .filter_map(|(key, mut g)| {
             g.ranges.sort_unstable();
             g.ranges.dedup();
+            let mut durations = Samples::default();
+            for &(i, times) in &g.parts {
+                durations.extend_from(&gathered.kernels[i as usize].2, times as usize);
+            }
             let row = NvtxKernRow {
                 range: key.label.map(|l| labels.text[l as usize].clone()),
                 style: key.style,
@@ -128,7 +132,7 @@ pub fn rows_with(trace: &Trace, attribution: &Attribution, names: KernelName) ->
                 tid: key.tid,
                 nvtx_instances: g.ranges.len() as u64,
                 kernel_instances: g.kernels,
-                summary: Summary::of(&mut g.durations)?,
+                summary: durations.summary()?,
                 kernel: trace.name(key.kernel).to_owned(),
             };
             Some((key, row))
@@ -154,12 +158,13 @@ fn style_order(s: Option<RangeStyle>) -> Option<&'static str> {
 }
 
 /// `nvtx_kern_sum` as nsys prints it.
-pub fn table(trace: &Trace, names: KernelName) -> Table {
-    table_with(trace, &Attribution::new(trace), names)
-}
-
-/// [`table`], with the attribution of GPU work to ranges already made.
-pub fn table_with(trace: &Trace, attribution: &Attribution, names: KernelName) -> Table {
+pub fn table(
+    trace: &Trace,
+    ranges: &[Range],
+    labels: &Labels,
+    gathered: &Gathered,
+    names: KernelName,
+) -> Table {
     let mut t = Table::new([
         "NVTX Range",
         "Style",
@@ -175,7 +180,7 @@ pub fn table_with(trace: &Trace, attribution: &Attribution, names: KernelName) -
         "StdDev (ns)",
         "Kernel Name",
     ]);
-    for r in rows_with(trace, attribution, names) {
+    for r in rows(trace, ranges, labels, gathered, names) {
         let [total, _count, avg, med, min, max, std] = duration_cells(&r.summary);
         t.push(vec![
             r.range.map_or(Cell::Missing, Cell::Text),

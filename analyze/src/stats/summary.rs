@@ -25,6 +25,26 @@ pub struct Summary {
     pub std_dev: f64,
 }
 
+/// Samples in ascending order, however they are stored.
+pub trait Sorted {
+    fn count(&self) -> usize;
+    /// The `i`-th smallest.
+    fn at(&self, i: usize) -> i64;
+    fn values(&self) -> impl Iterator<Item = i64> + '_;
+}
+
+impl Sorted for [i64] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn at(&self, i: usize) -> i64 {
+        self[i]
+    }
+    fn values(&self) -> impl Iterator<Item = i64> + '_ {
+        self.iter().copied()
+    }
+}
+
 impl Summary {
     /// The summary of `values`, which are sorted in place; `None` when there are none.
     pub fn of(values: &mut [i64]) -> Option<Summary> {
@@ -34,17 +54,49 @@ impl Summary {
 
     /// The summary of values already sorted in ascending order.
     pub fn of_sorted(sorted: &[i64]) -> Option<Summary> {
-        let (&min, &max) = (sorted.first()?, sorted.last()?);
-        let total = sum(sorted);
+        Summary::of_sorted_values(sorted)
+    }
+
+    /// The summary of sorted values however they are stored.
+    pub fn of_sorted_values<S: Sorted + ?Sized>(sorted: &S) -> Option<Summary> {
+        let n = sorted.count();
+        if n == 0 {
+            return None;
+        }
+        let (min, max) = (sorted.at(0), sorted.at(n - 1));
+        let total: i128 = sorted.values().map(|v| v as i128).sum();
         Some(Summary {
-            count: sorted.len() as u64,
+            count: n as u64,
             total: total.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
             min,
             max,
-            mean: total as f64 / sorted.len() as f64,
-            median: median_sorted(sorted)?,
-            std_dev: sample_std_dev(sorted)?,
+            mean: total as f64 / n as f64,
+            median: median_of(sorted)?,
+            std_dev: std_dev_of(sorted, n, (n - 1) as f64)?,
         })
+    }
+}
+
+fn median_of<S: Sorted + ?Sized>(sorted: &S) -> Option<f64> {
+    let n = sorted.count();
+    if n == 0 {
+        return None;
+    }
+    Some(if n % 2 == 1 {
+        sorted.at(n / 2) as f64
+    } else {
+        // The sum of two i64 may overflow i64; i128 holds it exactly.
+        (sorted.at(n / 2 - 1) as i128 + sorted.at(n / 2) as i128) as f64 / 2.0
+    })
+}
+
+/// The standard deviation with `n * others` in the denominator of the variance (`others`:
+/// n - 1 for the sample's, n for the population's); 0 for a sample of one value.
+fn std_dev_of<S: Sorted + ?Sized>(values: &S, n: usize, others: f64) -> Option<f64> {
+    match n {
+        0 => None,
+        1 if others == 0.0 => Some(0.0),
+        _ => Some((scaled_variance(values) / (n as f64 * others)).sqrt()),
     }
 }
 
@@ -62,16 +114,7 @@ pub fn mean(values: &[i64]) -> Option<f64> {
 
 /// The median of sorted values: the middle one, or the mean of the two middle ones.
 pub fn median_sorted(sorted: &[i64]) -> Option<f64> {
-    let n = sorted.len();
-    if n == 0 {
-        return None;
-    }
-    Some(if n % 2 == 1 {
-        sorted[n / 2] as f64
-    } else {
-        // The sum of two i64 may overflow i64; i128 holds it exactly.
-        (sorted[n / 2 - 1] as i128 + sorted[n / 2] as i128) as f64 / 2.0
-    })
+    median_of(sorted)
 }
 
 /// The median of unsorted values (sorts a copy).
@@ -84,11 +127,11 @@ pub fn median(values: &[i64]) -> Option<f64> {
 /// `n * sum(x^2) - sum(x)^2`: n^2 times the population variance. Exact in 128-bit integers; for
 /// values so far apart that those overflow (only a damaged file has them), from the deviations
 /// from the mean in floating point.
-fn scaled_variance(values: &[i64]) -> f64 {
+fn scaled_variance<S: Sorted + ?Sized>(values: &S) -> f64 {
     let exact = || {
-        let n = values.len() as i128;
-        let s = sum(values);
-        let s2 = values.iter().try_fold(0i128, |acc, &v| {
+        let n = values.count() as i128;
+        let s: i128 = values.values().map(|v| v as i128).sum();
+        let s2 = values.values().try_fold(0i128, |acc, v| {
             acc.checked_add((v as i128).checked_mul(v as i128)?)
         })?;
         n.checked_mul(s2)?.checked_sub(s.checked_mul(s)?)
@@ -96,11 +139,11 @@ fn scaled_variance(values: &[i64]) -> f64 {
     match exact() {
         Some(v) => v as f64,
         None => {
-            let n = values.len() as f64;
-            let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let n = values.count() as f64;
+            let mean = values.values().map(|v| v as f64).sum::<f64>() / n;
             n * values
-                .iter()
-                .map(|&v| (v as f64 - mean).powi(2))
+                .values()
+                .map(|v| (v as f64 - mean).powi(2))
                 .sum::<f64>()
         }
     }
@@ -110,25 +153,12 @@ fn scaled_variance(values: &[i64]) -> f64 {
 /// single value, `None` for none. Computed from exact integer sums, so it does not lose digits to
 /// cancellation when the values are large and close together.
 pub fn sample_std_dev(values: &[i64]) -> Option<f64> {
-    match values.len() {
-        0 => None,
-        1 => Some(0.0),
-        n => {
-            let denominator = n as f64 * (n - 1) as f64;
-            Some((scaled_variance(values) / denominator).sqrt())
-        }
-    }
+    std_dev_of(values, values.len(), values.len().saturating_sub(1) as f64)
 }
 
 /// The population standard deviation (denominator n), `None` for no values.
 pub fn population_std_dev(values: &[i64]) -> Option<f64> {
-    match values.len() {
-        0 => None,
-        n => {
-            let denominator = n as f64 * n as f64;
-            Some((scaled_variance(values) / denominator).sqrt())
-        }
-    }
+    std_dev_of(values, values.len(), values.len() as f64)
 }
 
 /// `part` as a percentage of `whole`, computed as nsys's SQL does (`part * 100.0 / whole`);

@@ -58,7 +58,12 @@ struct Estimate {
     what: Vec<(u64, &'static str)>,
 }
 
-fn estimate(conn: &Connection, tables: &HashSet<String>, exact: bool) -> Estimate {
+fn estimate(
+    conn: &Connection,
+    tables: &HashSet<String>,
+    exact: bool,
+    streamed: Option<(u64, u64)>,
+) -> Estimate {
     let mut e = Estimate {
         rows: 0,
         bytes: 0,
@@ -73,9 +78,15 @@ fn estimate(conn: &Connection, tables: &HashSet<String>, exact: bool) -> Estimat
         MEMSET,
         STRING_IDS,
     ] {
-        let Some((bytes, noun)) = per_row(table).filter(|_| tables.contains(table)) else {
+        let Some((mut bytes, noun)) = per_row(table).filter(|_| tables.contains(table)) else {
             continue;
         };
+        // A streaming reader keeps a few bytes of each kernel and API call, not the row.
+        match (table, streamed) {
+            (KERNEL, Some((kernel, _))) => bytes = kernel,
+            (RUNTIME | DRIVER, Some((_, call))) => bytes = call,
+            _ => {}
+        }
         let n = rows(conn, table, exact);
         if matches!(table, KERNEL | RUNTIME | DRIVER) {
             e.rows = e.rows.saturating_add(n);
@@ -99,14 +110,37 @@ pub(super) fn check(
     path: &Path,
     limits: &Limits,
 ) -> Result<u64> {
-    let quick = estimate(conn, tables, false);
+    check_with(conn, tables, path, limits, None)
+}
+
+/// [`check`] for a reader that streams the kernel and API tables, keeping `per_kernel` and
+/// `per_call` bytes of each row.
+pub(super) fn check_streaming(
+    conn: &Connection,
+    tables: &HashSet<String>,
+    path: &Path,
+    limits: &Limits,
+    per_kernel: u64,
+    per_call: u64,
+) -> Result<u64> {
+    check_with(conn, tables, path, limits, Some((per_kernel, per_call)))
+}
+
+fn check_with(
+    conn: &Connection,
+    tables: &HashSet<String>,
+    path: &Path,
+    limits: &Limits,
+    streamed: Option<(u64, u64)>,
+) -> Result<u64> {
+    let quick = estimate(conn, tables, false, streamed);
     let Some((budget, _)) = limits.memory_budget() else {
         return Ok(quick.rows);
     };
     if quick.bytes <= budget {
         return Ok(quick.rows);
     }
-    let exact = estimate(conn, tables, true);
+    let exact = estimate(conn, tables, true, streamed);
     let what = exact
         .what
         .iter()

@@ -12,6 +12,7 @@
 
 mod footprint;
 pub mod read;
+pub mod scan;
 pub mod write;
 
 /// The export schema, embedded.

@@ -15,7 +15,8 @@
 //! ([`super::write`]) use this schema plus a `RUN_METADATA (name, value)` table.
 //!
 //! Rows are first read as they are stored (string ids unresolved) and then turned into the model
-//! in one pass; the kernel table, the largest, is read on a second connection in parallel.
+//! in one pass; the largest tables (kernels, API calls) are read from the file's pages in chunks
+//! side by side ([`super::scan`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -26,6 +27,7 @@ use rusqlite::{Connection, OpenFlags, Row};
 use super::column::*;
 use super::event_type::*;
 use super::metadata::{EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION};
+use super::scan::Tables;
 use super::table::*;
 use super::{copy_kind, split_global_tid};
 use crate::error::{Error, Result};
@@ -126,28 +128,17 @@ fn load_from(db: &Path, shown: &Path, limits: &Limits) -> Result<Trace> {
         progress::Unit::Rows,
     );
 
-    // The kernel table is read on its own connection while this one reads the rest.
-    let (kernels, rest) = std::thread::scope(|s| {
-        let kernels = s.spawn(|| -> rusqlite::Result<RawKernels> {
-            if !schema.has(KERNEL) {
-                return Ok(RawKernels::default());
-            }
-            let conn = Connection::open_with_flags(
-                db,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?;
-            read_kernels(&conn, &schema)
-        });
-        let rest = read_rest(&conn, &schema);
-        (kernels.join(), rest)
-    });
-    let kernels = kernels
-        .map_err(|_| Error::Malformed {
-            path: shown.to_owned(),
-            message: "the kernel table could not be read (reader thread failed)".into(),
-        })?
-        .map_err(err)?;
-    let rest = rest.map_err(err)?;
+    let pages = Tables::pages(db).map_err(err)?;
+    let tables = Tables {
+        conn: &conn,
+        pages: pages.as_ref(),
+    };
+    let kernels = if schema.has(KERNEL) {
+        read_kernels(&tables, &schema).map_err(err)?
+    } else {
+        RawKernels::default()
+    };
+    let rest = read_rest(&tables, &schema).map_err(err)?;
     let mut trace = build(shown, &schema, kernels, rest);
     crate::model::bounds::check(&mut trace).map_err(|message| Error::Malformed {
         path: shown.to_owned(),
@@ -204,14 +195,15 @@ impl Schema {
 }
 
 /// A name column: a `StringIds` id, inline text, or nothing.
-enum RawName {
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RawName {
     Id(i64),
     Text(String),
     None,
 }
 
 impl RawName {
-    fn from(v: ValueRef<'_>) -> RawName {
+    pub fn from(v: ValueRef<'_>) -> RawName {
         match v {
             ValueRef::Integer(id) => RawName::Id(id),
             ValueRef::Text(t) => RawName::Text(String::from_utf8_lossy(t).into_owned()),
@@ -301,50 +293,70 @@ fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
     Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0))
 }
 
-fn read_kernels(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawKernels> {
-    let sql = format!(
-        "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
-         {DEMANGLED_NAME}, {SHORT_NAME}, {}, {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, \
-         {BLOCK_Z}, {}, {}, {}, {} FROM {KERNEL}",
-        schema.opt(KERNEL, MANGLED_NAME),
-        schema.opt(KERNEL, REGISTERS_PER_THREAD),
-        schema.opt(KERNEL, STATIC_SHARED_MEMORY),
-        schema.opt(KERNEL, DYNAMIC_SHARED_MEMORY),
-        schema.opt(KERNEL, GRAPH_NODE_ID),
-    );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
-    let mut out = RawKernels::default();
-    let mut counted = progress::Counter::new();
-    while let Some(r) = rows.next()? {
-        counted.add(1);
+fn read_kernels(tables: &Tables<'_>, schema: &Schema) -> rusqlite::Result<RawKernels> {
+    let mangled = schema.opt(KERNEL, MANGLED_NAME);
+    let registers = schema.opt(KERNEL, REGISTERS_PER_THREAD);
+    let static_shared = schema.opt(KERNEL, STATIC_SHARED_MEMORY);
+    let dynamic_shared = schema.opt(KERNEL, DYNAMIC_SHARED_MEMORY);
+    let graph_node = schema.opt(KERNEL, GRAPH_NODE_ID);
+    let columns = [
+        START,
+        END,
+        DEVICE_ID,
+        STREAM_ID,
+        CORRELATION_ID,
+        GLOBAL_PID,
+        DEMANGLED_NAME,
+        SHORT_NAME,
+        &mangled,
+        GRID_X,
+        GRID_Y,
+        GRID_Z,
+        BLOCK_X,
+        BLOCK_Y,
+        BLOCK_Z,
+        &registers,
+        &static_shared,
+        &dynamic_shared,
+        &graph_node,
+    ];
+    let chunks = tables.scan(KERNEL, &columns, true, RawKernels::default, |out, r| {
         let i = out.kernels.len();
-        let name = out.placeholder(i, 0, RawName::from(r.get_ref(6)?));
-        let short_name = out.placeholder(i, 1, RawName::from(r.get_ref(7)?));
-        let mangled_name = out.placeholder(i, 2, RawName::from(r.get_ref(8)?));
+        let name = out.placeholder(i, 0, RawName::from(r.get(6)?));
+        let short_name = out.placeholder(i, 1, RawName::from(r.get(7)?));
+        let mangled_name = out.placeholder(i, 2, RawName::from(r.get(8)?));
         out.kernels.push(Kernel {
-            start: Nanos(int(r, 0)?),
-            end: Nanos(int(r, 1)?),
-            device: int(r, 2)? as u32,
-            stream: int(r, 3)? as u32,
-            correlation_id: int(r, 4)? as u64,
-            pid: split_global_tid(int(r, 5)?).0,
+            start: Nanos(r.int(0)?),
+            end: Nanos(r.int(1)?),
+            device: r.int(2)? as u32,
+            stream: r.int(3)? as u32,
+            correlation_id: r.int(4)? as u64,
+            pid: split_global_tid(r.int(5)?).0,
             // Placeholders until `resolve`; a set-aside name is filled in there.
             name: name.unwrap_or(StrId(0)),
             short_name: short_name.unwrap_or(StrId(0)),
             mangled_name,
-            grid: [int(r, 9)? as u32, int(r, 10)? as u32, int(r, 11)? as u32],
-            block: [int(r, 12)? as u32, int(r, 13)? as u32, int(r, 14)? as u32],
-            registers_per_thread: int(r, 15)? as u32,
-            static_shared_memory: int(r, 16)? as u32,
-            dynamic_shared_memory: int(r, 17)? as u32,
-            graph_node_id: r.get::<_, Option<i64>>(18)?.map(|n| n as u64),
+            grid: [r.int(9)? as u32, r.int(10)? as u32, r.int(11)? as u32],
+            block: [r.int(12)? as u32, r.int(13)? as u32, r.int(14)? as u32],
+            registers_per_thread: r.int(15)? as u32,
+            static_shared_memory: r.int(16)? as u32,
+            dynamic_shared_memory: r.int(17)? as u32,
+            graph_node_id: r.opt_int(18)?.map(|n| n as u64),
         });
+        Ok(())
+    })?;
+    let mut out = RawKernels::default();
+    for chunk in chunks {
+        let base = out.kernels.len();
+        out.kernels.extend(chunk.kernels);
+        out.odd
+            .extend(chunk.odd.into_iter().map(|(i, f, v)| (i + base, f, v)));
     }
     Ok(out)
 }
 
-fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
+fn read_rest(tables: &Tables<'_>, schema: &Schema) -> rusqlite::Result<RawRest> {
+    let conn = tables.conn;
     let string_ids = if schema.has(STRING_IDS) {
         let mut stmt = conn.prepare(&format!("SELECT {ID}, {VALUE} FROM {STRING_IDS}"))?;
         let rows = stmt.query_map([], |r| {
@@ -368,7 +380,7 @@ fn read_rest(conn: &Connection, schema: &Schema) -> rusqlite::Result<RawRest> {
     } else {
         BTreeMap::new()
     };
-    let api = read_api(conn, schema, &mut names)?;
+    let api = read_api(tables, schema, &mut names)?;
     Ok(RawRest {
         names,
         metadata,
@@ -394,39 +406,63 @@ fn key_values(conn: &Connection, table: &str) -> rusqlite::Result<BTreeMap<Strin
 }
 
 fn read_api(
-    conn: &Connection,
+    tables: &Tables<'_>,
     schema: &Schema,
     names: &mut Names,
 ) -> rusqlite::Result<Vec<ApiCall>> {
+    // Calls as read, each name still an nsys string id: in place when it fits, else set aside
+    // with the call's index.
+    #[derive(Default)]
+    struct Chunk {
+        calls: Vec<ApiCall>,
+        odd: Vec<(usize, i64)>,
+    }
     let mut out = Vec::new();
     for table in [RUNTIME, DRIVER] {
         if !schema.has(table) {
             continue;
         }
-        let sql = format!(
-            "SELECT {START}, {END}, {GLOBAL_TID}, {CORRELATION_ID}, {NAME_ID} FROM {table}"
-        );
-        let mut stmt = conn.prepare(&sql)?;
-        let mut rows = stmt.query([])?;
-        let mut counted = progress::Counter::new();
-        while let Some(r) = rows.next()? {
-            counted.add(1);
-            let name = names.id(int(r, 4)?);
-            let kind = if names.strings.get(name).starts_with("cuda") {
-                ApiKind::Runtime
-            } else {
-                ApiKind::Driver
+        let columns = [START, END, GLOBAL_TID, CORRELATION_ID, NAME_ID];
+        let chunks = tables.scan(table, &columns, true, Chunk::default, |out, r| {
+            let id = r.int(4)?;
+            let name = match u32::try_from(id) {
+                Ok(small) => StrId(small),
+                Err(_) => {
+                    out.odd.push((out.calls.len(), id));
+                    StrId(0)
+                }
             };
-            let (pid, tid) = split_global_tid(int(r, 2)?);
-            out.push(ApiCall {
-                start: Nanos(int(r, 0)?),
-                end: Nanos(int(r, 1)?),
+            let (pid, tid) = split_global_tid(r.int(2)?);
+            out.calls.push(ApiCall {
+                start: Nanos(r.int(0)?),
+                end: Nanos(r.int(1)?),
                 pid,
                 tid,
-                correlation_id: int(r, 3)? as u64,
+                correlation_id: r.int(3)? as u64,
                 name,
-                kind,
+                kind: ApiKind::Runtime,
             });
+            Ok(())
+        })?;
+        // Names are interned in the order the calls come, as one pass over the table would.
+        let mut kinds: HashMap<StrId, ApiKind> = HashMap::new();
+        for chunk in chunks {
+            let mut odd = chunk.odd.into_iter().peekable();
+            for (i, mut call) in chunk.calls.into_iter().enumerate() {
+                let raw = match odd.next_if(|o| o.0 == i) {
+                    Some((_, id)) => id,
+                    None => call.name.0 as i64,
+                };
+                call.name = names.id(raw);
+                call.kind = *kinds.entry(call.name).or_insert_with(|| {
+                    if names.strings.get(call.name).starts_with("cuda") {
+                        ApiKind::Runtime
+                    } else {
+                        ApiKind::Driver
+                    }
+                });
+                out.push(call);
+            }
         }
     }
     Ok(out)
@@ -669,6 +705,16 @@ impl Names {
 
 /// Turn the rows as read into the model.
 fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Trace {
+    build_keeping_names(path, schema, kernels, rest).0
+}
+
+/// [`build`], and the string table of the export, its interned strings now the trace's.
+fn build_keeping_names(
+    path: &Path,
+    schema: &Schema,
+    kernels: RawKernels,
+    rest: RawRest,
+) -> (Trace, Names) {
     let missing = ANALYSED_TABLES
         .iter()
         .filter(|t| !schema.has(t))
@@ -700,9 +746,9 @@ fn build(path: &Path, schema: &Schema, kernels: RawKernels, rest: RawRest) -> Tr
         .into_iter()
         .map(|(name, gtid)| (split_global_tid(gtid), names.id(name)))
         .collect();
-    trace.strings = names.strings;
+    trace.strings = std::mem::take(&mut names.strings);
     trace.sort();
-    trace
+    (trace, names)
 }
 
 /// NVTX ranges (closed, then still open) and marks. Text is `coalesce(StringIds.value, text, '')`
@@ -783,4 +829,431 @@ fn nvtx(names: &mut Names, raw: Vec<RawNvtx>) -> (Vec<Range>, Vec<Range>, Vec<Ma
         }
     }
     (ranges, open_ranges, marks)
+}
+
+/// An export opened for the readers that stream its large tables instead of loading them
+/// ([`crate::stats`], [`crate::profile`]): the small tables come as a [`Trace`] without kernels
+/// or API calls ([`Export::trace_without_work`]), and the kernel and API tables as rows handed
+/// to the caller, chunks of them side by side ([`Export::scan_api`], [`Export::scan_kernels`]).
+/// Names stay nsys string ids in the rows; [`Export::name`] resolves them, and
+/// [`Export::finish`] hands the interned strings to the trace.
+pub struct Export {
+    conn: Connection,
+    pages: Option<crate::formats::sqlite_pages::PageFile>,
+    schema: Schema,
+    names: Names,
+    shown: std::path::PathBuf,
+    _task: progress::Task,
+    /// The inflated copy of a compressed export, removed when the export is dropped.
+    _inflated: Option<crate::formats::temp_file::TempFile>,
+}
+
+/// The texts of an export's string ids.
+pub struct Texts<'a>(&'a Names);
+
+impl<'a> Texts<'a> {
+    /// The text of a name as read (without interning it); `None` for none.
+    pub fn text<'n>(&self, name: &'n RawName) -> Option<std::borrow::Cow<'n, str>>
+    where
+        'a: 'n,
+    {
+        match name {
+            RawName::Id(id) => Some(match self.0.text(*id) {
+                Some(t) => std::borrow::Cow::Borrowed(t),
+                None => std::borrow::Cow::Owned(format!("<unknown string {id}>")),
+            }),
+            RawName::Text(t) => Some(std::borrow::Cow::Borrowed(t)),
+            RawName::None => None,
+        }
+    }
+}
+
+/// A row of the CUDA API tables.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiRow {
+    pub start: i64,
+    pub end: i64,
+    pub global_tid: i64,
+    pub correlation_id: i64,
+    /// The `StringIds` id of the function's name.
+    pub name: i64,
+}
+
+/// A row of the kernel table.
+#[derive(Clone, Debug)]
+pub struct KernelRow {
+    pub start: i64,
+    pub end: i64,
+    pub device: i64,
+    pub correlation_id: i64,
+    pub global_pid: i64,
+    /// Demangled, short and mangled names (the last NULL unless asked for and present).
+    pub names: [RawName; 3],
+    /// `graphNodeId`, when asked for and present.
+    pub graph_node: Option<i64>,
+}
+
+impl Export {
+    /// Open `path` for streaming if it is an nsys export (`.sqlite`, `.sqlite.gz`,
+    /// `.nsys-rep`); `None` for any other input. `per_kernel` and `per_call` are the bytes the
+    /// caller keeps per kernel and per API call, for the memory check.
+    pub fn open(
+        path: &Path,
+        limits: &Limits,
+        per_kernel: u64,
+        per_call: u64,
+    ) -> Result<Option<Export>> {
+        use crate::formats::Kind;
+        let (db, inflated) = match crate::formats::detect(path)? {
+            Kind::NsysSqlite => (path.to_owned(), None),
+            Kind::NsysSqliteGz => {
+                let tmp = crate::formats::gzip::inflate_to_temp(path, limits, "sqlite")?;
+                (tmp.path().to_owned(), Some(tmp))
+            }
+            Kind::NsysRep => (crate::formats::nsys_rep::sqlite_for(path)?, None),
+            Kind::Kineto | Kind::TorchSnapshot => return Ok(None),
+        };
+        let err = |e: rusqlite::Error| sqlite_err(path, e);
+        let conn = open(&db).map_err(|e| match e {
+            Error::Sqlite { source, .. } => sqlite_err(path, source),
+            Error::Malformed { message, .. } => Error::Malformed {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        let schema = Schema::read(&conn).map_err(err)?;
+        if !NSYS_TABLES.iter().any(|t| schema.has(t)) {
+            let mut found_tables: Vec<String> = schema.tables.iter().cloned().collect();
+            found_tables.sort();
+            return Err(Error::NotAnNsysExport {
+                path: path.to_owned(),
+                found_tables,
+            });
+        }
+        let rows = super::footprint::check_streaming(
+            &conn,
+            &schema.tables,
+            path,
+            limits,
+            per_kernel,
+            per_call,
+        )?;
+        let task = progress::begin(
+            || format!("reading {}", path.display()),
+            Some(rows),
+            progress::Unit::Rows,
+        );
+        let pages = Tables::pages(&db).map_err(err)?;
+        let string_ids = if schema.has(STRING_IDS) {
+            let mut stmt = conn
+                .prepare(&format!("SELECT {ID}, {VALUE} FROM {STRING_IDS}"))
+                .map_err(err)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+                })
+                .map_err(err)?;
+            rows.map(|r| r.map(|(id, v)| (id, v.unwrap_or_default())))
+                .collect::<rusqlite::Result<_>>()
+                .map_err(err)?
+        } else {
+            Vec::new()
+        };
+        Ok(Some(Export {
+            conn,
+            pages,
+            schema,
+            names: Names::new(string_ids),
+            shown: path.to_owned(),
+            _task: task,
+            _inflated: inflated,
+        }))
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        move |e| sqlite_err(&self.shown, e)
+    }
+
+    pub fn has(&self, table: &str) -> bool {
+        self.schema.has(table)
+    }
+
+    /// Everything but the kernels and API calls: metadata, NVTX ranges and marks (when
+    /// `nvtx`), memory operations (when `mem_ops`), graph executions, GPUs, thread names; in
+    /// the bounds of [`crate::model::bounds`].
+    pub fn trace_without_work(&mut self, nvtx: bool, mem_ops: bool) -> Result<Trace> {
+        let err = |e| sqlite_err(&self.shown, e);
+        let conn = &self.conn;
+        let schema = &self.schema;
+        let metadata = if schema.has(META_DATA_EXPORT) {
+            key_values(conn, META_DATA_EXPORT).map_err(err)?
+        } else if schema.has(EXPORT_META_DATA) {
+            key_values(conn, EXPORT_META_DATA).map_err(err)?
+        } else {
+            BTreeMap::new()
+        };
+        let run = if schema.has(RUN_METADATA) {
+            key_values(conn, RUN_METADATA).map_err(err)?
+        } else {
+            BTreeMap::new()
+        };
+        let rest = RawRest {
+            names: Names::new(Vec::new()),
+            metadata,
+            run,
+            api: Vec::new(),
+            nvtx: if nvtx {
+                read_nvtx(conn, schema).map_err(err)?
+            } else {
+                Vec::new()
+            },
+            mem_ops: if mem_ops {
+                read_mem_ops(conn, schema).map_err(err)?
+            } else {
+                Vec::new()
+            },
+            graph_execs: read_graph_execs(conn, schema).map_err(err)?,
+            gpus: read_gpus(conn, schema).map_err(err)?,
+            thread_names: read_thread_names(conn, schema).map_err(err)?,
+        };
+        let names = std::mem::replace(&mut self.names, Names::new(Vec::new()));
+        let rest = RawRest { names, ..rest };
+        let (mut trace, names) =
+            build_keeping_names(&self.shown, schema, RawKernels::default(), rest);
+        // The export keeps the string ids, to resolve the rows to come into the trace's strings.
+        self.names = names;
+        crate::model::bounds::check(&mut trace).map_err(|message| Error::Malformed {
+            path: self.shown.clone(),
+            message,
+        })?;
+        Ok(trace)
+    }
+
+    /// About how many rows `table` has (its largest rowid; 0 when it is absent).
+    pub fn rows(&self, table: &str) -> u64 {
+        if !self.schema.has(table) {
+            return 0;
+        }
+        self.conn
+            .query_row(&format!("SELECT max(rowid) FROM [{table}]"), [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .ok()
+            .flatten()
+            .map_or(0, |n| n.max(0) as u64)
+    }
+
+    /// Intern a string of the analyses' own.
+    pub fn intern(&mut self, s: &str) -> StrId {
+        self.names.strings.intern(s)
+    }
+
+    /// The interned string an nsys string id names (`<unknown string N>` when none).
+    pub fn name(&mut self, id: i64) -> StrId {
+        self.names.id(id)
+    }
+
+    /// The interned string of a kernel name as read.
+    pub fn raw_name(&mut self, name: &RawName) -> Option<StrId> {
+        self.names.name(name)
+    }
+
+    /// Run `f` with the export resolving names into `trace`'s strings (the trace this export
+    /// made).
+    pub fn with_names<R>(&mut self, trace: &mut Trace, f: impl FnOnce(&mut Export) -> R) -> R {
+        std::mem::swap(&mut self.names.strings, &mut trace.strings);
+        let out = f(self);
+        std::mem::swap(&mut self.names.strings, &mut trace.strings);
+        out
+    }
+
+    /// Whether any string of the export's `StringIds` satisfies `f`.
+    pub fn any_string(&self, f: impl Fn(&str) -> bool) -> bool {
+        self.names.dense.iter().flatten().any(|s| f(s)) || self.names.sparse.values().any(|s| f(s))
+    }
+
+    /// The texts of the export's string ids, to read from several threads.
+    pub fn texts(&self) -> Texts<'_> {
+        Texts(&self.names)
+    }
+
+    /// For each (process, time): the name of the CUDA API call that process was in at that time
+    /// (the latest-started one, the last in table order among equals), if any. `longest` is the
+    /// longest call: only calls started that long before a time are looked at.
+    pub fn calls_at(
+        &self,
+        queries: &[(u32, i64)],
+        longest: i64,
+    ) -> Result<HashMap<(u32, i64), Option<String>>> {
+        let mut out = HashMap::new();
+        // The calls that may be in flight at a time started at most `longest` before it.
+        let windows: Vec<(i64, i64)> = queries
+            .iter()
+            .map(|q| (q.1.saturating_sub(longest.max(0)), q.1))
+            .collect();
+        let near_any = |start: i64| windows.iter().any(|w| (w.0..=w.1).contains(&start));
+        let tables = Tables {
+            conn: &self.conn,
+            pages: self.pages.as_ref(),
+        };
+        // (table, rowid, start, end, pid, name id) of the calls near the times.
+        let mut near: Vec<(usize, i64, i64, i64, u32, i64)> = Vec::new();
+        for (t, table) in [RUNTIME, DRIVER].into_iter().enumerate() {
+            if !self.schema.has(table) || windows.is_empty() {
+                continue;
+            }
+            // A first pass reads the start alone; the calls near are then read whole by rowid.
+            let chunks = tables
+                .scan(table, &["rowid", START], true, Vec::new, |v, r| {
+                    if near_any(r.int(1)?) {
+                        v.push(r.int(0)?);
+                    }
+                    Ok(())
+                })
+                .map_err(self.err())?;
+            let rowids: Vec<i64> = chunks.into_iter().flatten().collect();
+            for batch in rowids.chunks(500) {
+                let list = batch
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let mut stmt = self
+                    .conn
+                    .prepare(&format!(
+                        "SELECT rowid, {START}, {END}, {GLOBAL_TID}, {NAME_ID} FROM {table} \
+                         WHERE rowid IN ({list})"
+                    ))
+                    .map_err(self.err())?;
+                let rows = stmt
+                    .query_map([], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            int(r, 1)?,
+                            int(r, 2)?,
+                            int(r, 3)?,
+                            int(r, 4)?,
+                        ))
+                    })
+                    .map_err(self.err())?;
+                for row in rows {
+                    let (rowid, start, end, gtid, name) = row.map_err(self.err())?;
+                    near.push((
+                        t,
+                        rowid,
+                        start,
+                        end.max(start),
+                        split_global_tid(gtid).0,
+                        name,
+                    ));
+                }
+            }
+        }
+        for &(pid, t) in queries {
+            let call = near
+                .iter()
+                .filter(|c| c.4 == pid && c.2 <= t && c.3 > t)
+                .max_by_key(|c| (c.2, c.0, c.1));
+            let name = call.map(|c| match self.names.text(c.5) {
+                Some(s) => s.to_owned(),
+                None => format!("<unknown string {}>", c.5),
+            });
+            out.insert((pid, t), name);
+        }
+        Ok(out)
+    }
+
+    /// Rows of the CUDA API tables (runtime, then driver): chunks side by side, each from
+    /// `init`, their states in table order.
+    pub fn scan_api<S: Send>(
+        &self,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, ApiRow) -> rusqlite::Result<()> + Sync,
+    ) -> Result<Vec<S>> {
+        let tables = Tables {
+            conn: &self.conn,
+            pages: self.pages.as_ref(),
+        };
+        let mut out = Vec::new();
+        for table in [RUNTIME, DRIVER] {
+            if !self.schema.has(table) {
+                continue;
+            }
+            let columns = [START, END, GLOBAL_TID, CORRELATION_ID, NAME_ID];
+            let states = tables
+                .scan(table, &columns, true, &init, |s, r| {
+                    row(
+                        s,
+                        ApiRow {
+                            start: r.int(0)?,
+                            end: r.int(1)?,
+                            global_tid: r.int(2)?,
+                            correlation_id: r.int(3)?,
+                            name: r.int(4)?,
+                        },
+                    )
+                })
+                .map_err(self.err())?;
+            out.extend(states);
+        }
+        Ok(out)
+    }
+
+    /// Rows of the kernel table, with the mangled name and the graph node when asked for:
+    /// chunks side by side, each from `init`, their states in table order.
+    pub fn scan_kernels<S: Send>(
+        &self,
+        mangled: bool,
+        graph_node: bool,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &KernelRow) -> rusqlite::Result<()> + Sync,
+    ) -> Result<Vec<S>> {
+        if !self.schema.has(KERNEL) {
+            return Ok(Vec::new());
+        }
+        let tables = Tables {
+            conn: &self.conn,
+            pages: self.pages.as_ref(),
+        };
+        let mangled_col = if mangled {
+            self.schema.opt(KERNEL, MANGLED_NAME)
+        } else {
+            "NULL".to_owned()
+        };
+        let node_col = if graph_node {
+            self.schema.opt(KERNEL, GRAPH_NODE_ID)
+        } else {
+            "NULL".to_owned()
+        };
+        let columns = [
+            START,
+            END,
+            DEVICE_ID,
+            CORRELATION_ID,
+            GLOBAL_PID,
+            DEMANGLED_NAME,
+            SHORT_NAME,
+            &mangled_col,
+            &node_col,
+        ];
+        tables
+            .scan(KERNEL, &columns, true, init, |s, r| {
+                let k = KernelRow {
+                    start: r.int(0)?,
+                    end: r.int(1)?,
+                    device: r.int(2)?,
+                    correlation_id: r.int(3)?,
+                    global_pid: r.int(4)?,
+                    names: [
+                        RawName::from(r.get(5)?),
+                        RawName::from(r.get(6)?),
+                        RawName::from(r.get(7)?),
+                    ],
+                    graph_node: r.opt_int(8)?,
+                };
+                row(s, &k)
+            })
+            .map_err(self.err())
+    }
 }
