@@ -138,10 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     opts.device = args.device;
     opts.process = args.process;
     let classifier = profile::classifier(classes.as_deref())?;
-    let trace = analyze::formats::load_trace(&args.file)?;
-    profile::check_profilable(&trace)?;
-    profile::devices::check_filters(&trace, opts.device, opts.process)?;
-    let result = profile::profile(&trace, &classifier, &opts);
+    let result = profile::profile_file(&args.file, &classifier, &opts)?;
     analyze::cli::print(&render_to_string(args.format, &result.document()))
         .with_context(|| "writing the profile")?;
     Ok(Outcome::Success)

@@ -412,6 +412,10 @@ fn case(rng: &mut Rng, scratch: &Path, classifier: &Classifier) -> Outcome {
         damage(rng, &path);
     }
     let result = nsys_sqlite::read::load(&path).map(|trace| analyse(&trace, classifier));
+    // The streaming readers read the same file: they too load it or refuse it.
+    let reports = Report::parse_list("all").unwrap();
+    let _ = stats::document_file(&path, &reports);
+    let _ = profile::profile_file(&path, classifier, &ProfileOptions::default());
     outcome(&path, result)
 }
 

@@ -65,6 +65,27 @@ impl Breakdown {
         }
     }
 
+    /// `o` ns during which the kinds `running` ran, counted in the part they make.
+    pub(super) fn add_running(&mut self, running: u8, o: i64) {
+        if running & COMMUNICATION != 0 {
+            self.communication_ns = self.communication_ns.saturating_add(o);
+        }
+        let part = if running & COMPUTE != 0 {
+            &mut self.compute_ns
+        } else if running & GRAPH != 0 {
+            &mut self.graph_ns
+        } else if running & COMMUNICATION != 0 {
+            &mut self.exposed_communication_ns
+        } else if running & MEMCPY != 0 {
+            &mut self.memcpy_ns
+        } else if running & MEMSET != 0 {
+            &mut self.memset_ns
+        } else {
+            &mut self.idle_ns
+        };
+        *part = part.saturating_add(o);
+    }
+
     /// The parts that partition the span, summed (equal to `span_ns`).
     pub fn parts_ns(&self) -> i64 {
         [
@@ -80,12 +101,12 @@ impl Breakdown {
 }
 
 /// What may be running: one bit each.
-const COMPUTE: u8 = 1;
-const GRAPH: u8 = 1 << 1;
-const COMMUNICATION: u8 = 1 << 2;
-const MEMCPY: u8 = 1 << 3;
-const MEMSET: u8 = 1 << 4;
-const KINDS: [u8; 5] = [COMPUTE, GRAPH, COMMUNICATION, MEMCPY, MEMSET];
+pub(super) const COMPUTE: u8 = 1;
+pub(super) const GRAPH: u8 = 1 << 1;
+pub(super) const COMMUNICATION: u8 = 1 << 2;
+pub(super) const MEMCPY: u8 = 1 << 3;
+pub(super) const MEMSET: u8 = 1 << 4;
+pub(super) const KINDS: [u8; 5] = [COMPUTE, GRAPH, COMMUNICATION, MEMCPY, MEMSET];
 
 /// A stretch of a device's timeline during which the same kinds of work were running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,23 +227,7 @@ impl Timelines {
                 continue;
             }
             covered = covered.saturating_add(o);
-            if s.running & COMMUNICATION != 0 {
-                b.communication_ns = b.communication_ns.saturating_add(o);
-            }
-            let part = if s.running & COMPUTE != 0 {
-                &mut b.compute_ns
-            } else if s.running & GRAPH != 0 {
-                &mut b.graph_ns
-            } else if s.running & COMMUNICATION != 0 {
-                &mut b.exposed_communication_ns
-            } else if s.running & MEMCPY != 0 {
-                &mut b.memcpy_ns
-            } else if s.running & MEMSET != 0 {
-                &mut b.memset_ns
-            } else {
-                &mut b.idle_ns
-            };
-            *part = part.saturating_add(o);
+            b.add_running(s.running, o);
         }
         b.idle_ns = b.idle_ns.saturating_add(b.span_ns.saturating_sub(covered));
         b
@@ -309,7 +314,8 @@ pub struct IdleGap {
     pub range: Option<String>,
 }
 
-/// The `top` longest idle gaps inside `windows`, longest first (earlier first among equals).
+/// The `top` longest idle gaps inside `windows`, longest first (earlier first among equals, then
+/// in the windows' order).
 pub fn longest_idle_gaps(
     trace: &Trace,
     timelines: &Timelines,
@@ -323,7 +329,12 @@ pub fn longest_idle_gaps(
         }
     }
     let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
-    found.sort_unstable_by(|a, b| length(b).cmp(&length(a)).then(a.0.cmp(&b.0)));
+    found.sort_unstable_by(|a, b| {
+        length(b)
+            .cmp(&length(a))
+            .then(a.0.cmp(&b.0))
+            .then(a.2.cmp(&b.2))
+    });
     found.truncate(top);
     let host = HostActivity::new(trace);
     found
@@ -351,7 +362,7 @@ pub fn longest_idle_gaps(
 
 /// What a process was doing on the host at a given time: the CUDA API call and the NVTX range
 /// in flight.
-struct HostActivity<'a> {
+pub(super) struct HostActivity<'a> {
     trace: &'a Trace,
     /// The longest API call and range: how far back a search must look.
     longest_call: i64,
@@ -359,7 +370,7 @@ struct HostActivity<'a> {
 }
 
 impl<'a> HostActivity<'a> {
-    fn new(trace: &'a Trace) -> HostActivity<'a> {
+    pub(super) fn new(trace: &'a Trace) -> HostActivity<'a> {
         HostActivity {
             trace,
             longest_call: trace
@@ -390,7 +401,7 @@ impl<'a> HostActivity<'a> {
     }
 
     /// The innermost (latest-started) host range of `pid` open at `t`.
-    fn range_at(&self, pid: u32, t: i64) -> Option<String> {
+    pub(super) fn range_at(&self, pid: u32, t: i64) -> Option<String> {
         let ranges = &self.trace.ranges;
         let hi = ranges.partition_point(|r| r.start.0 <= t);
         let lo = ranges.partition_point(|r| r.start.0 < t.saturating_sub(self.longest_range));

@@ -109,18 +109,18 @@ pub fn graph_summary(trace: &Trace, untraced: &[bool]) -> GraphSummary {
 }
 
 /// Accumulates one pair's ops.
-#[derive(Default)]
-struct Pair {
-    kernels: usize,
-    kernel_ns: i64,
-    communication_ns: i64,
-    graph_ns: i64,
-    first: Option<Nanos>,
-    last: Option<Nanos>,
+#[derive(Clone, Copy, Default)]
+pub(super) struct Pair {
+    pub(super) kernels: usize,
+    pub(super) kernel_ns: i64,
+    pub(super) communication_ns: i64,
+    pub(super) graph_ns: i64,
+    pub(super) first: Option<Nanos>,
+    pub(super) last: Option<Nanos>,
 }
 
 impl Pair {
-    fn cover(&mut self, start: Nanos, end: Nanos) {
+    pub(super) fn cover(&mut self, start: Nanos, end: Nanos) {
         self.first = Some(self.first.map_or(start, |f| f.min(start)));
         self.last = Some(self.last.map_or(end, |l| l.max(end)));
     }
@@ -162,11 +162,21 @@ pub fn device_profiles(
         p.graph_ns = p.graph_ns.saturating_add(g.duration().0);
         p.cover(g.start, g.end);
     }
+    profiles(pairs, |d, s, e| timelines.breakdown(d, s, e), steps)
+}
+
+/// The profiles of (device, process) pairs, with `breakdown` of a device's window and `steps`
+/// folded in, the slowest pair marked.
+pub(super) fn profiles(
+    pairs: BTreeMap<(u32, u32), Pair>,
+    breakdown: impl Fn(u32, Nanos, Nanos) -> Breakdown,
+    steps: &[StepBreakdown],
+) -> Vec<DeviceProfile> {
     let mut out: Vec<DeviceProfile> = pairs
         .into_iter()
         .map(|((device, process), p)| {
             let (first, last) = (p.first.unwrap_or_default(), p.last.unwrap_or_default());
-            let whole = timelines.breakdown(device, first, last);
+            let whole = breakdown(device, first, last);
             let mine: Vec<&StepBreakdown> = steps
                 .iter()
                 .filter(|s| s.device == device && s.process == process)

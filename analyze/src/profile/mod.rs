@@ -21,6 +21,7 @@
 pub mod breakdown;
 pub mod devices;
 pub mod ranges;
+mod stream;
 mod summary;
 mod tables;
 
@@ -42,6 +43,7 @@ pub use self::ranges::Attribution;
 use self::ranges::{
     find_steps, group_name, select, steps_per_process, untraced_graphs, Launches, Selection,
 };
+pub use self::stream::profile_file;
 use self::summary::{per_step, step_breakdowns, summarize, summarize_selection, Context, Work};
 
 /// The default step pattern: `step_0`, `step_1`, ...

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::kernels::class::KernelClass;
 use crate::kernels::label::display_name;
-use crate::model::trace::{Nanos, StrId, Trace};
+use crate::model::trace::{MemOpKind, Nanos, StrId, Trace};
 
 use super::breakdown::{Breakdown, Timelines};
 use super::devices::StepBreakdown;
@@ -65,14 +65,14 @@ pub(super) fn per_step(v: f64, steps: usize) -> Option<f64> {
 /// Range figures of a phase: absent for the whole-trace row.
 pub(super) struct Ranged {
     /// Steps per process.
-    steps: usize,
+    pub(super) steps: usize,
     /// Step ranges of all processes: wall and projected time per step are means over them.
-    step_ranges: usize,
-    ranges: usize,
-    wall: Nanos,
-    proj: Nanos,
-    all_ranges: usize,
-    all_wall: Nanos,
+    pub(super) step_ranges: usize,
+    pub(super) ranges: usize,
+    pub(super) wall: Nanos,
+    pub(super) proj: Nanos,
+    pub(super) all_ranges: usize,
+    pub(super) all_wall: Nanos,
 }
 
 /// The GPU work a summary covers: indices into the trace's kernels, memory ops and graph
@@ -118,9 +118,60 @@ pub(super) fn summarize_selection(
 
 /// What a kernel row groups: a kernel name, or a graph traced as a whole.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Item {
+pub(super) enum Item {
     Kernel(StrId),
     Graph(u64),
+}
+
+/// One item's figures: name, short name, class, total ns, launches.
+pub(super) type ItemFigures = (String, String, KernelClass, i64, usize);
+
+/// The sums of some GPU work: by item and class, and in all.
+#[derive(Default)]
+pub(super) struct Totals {
+    pub(super) by_item: HashMap<Item, ItemFigures>,
+    pub(super) by_class: HashMap<KernelClass, (i64, usize)>,
+    pub(super) kernel_ns: i64,
+    pub(super) gemm_ns: i64,
+    pub(super) memcpy_ns: i64,
+    pub(super) memset_ns: i64,
+    /// Kernels and graph executions.
+    pub(super) launches: usize,
+}
+
+impl Totals {
+    /// Add `n` launches of `item` taking `d` ns in all; `figures` names a new item.
+    pub(super) fn add(
+        &mut self,
+        item: Item,
+        d: i64,
+        n: usize,
+        figures: impl FnOnce() -> (String, String, KernelClass),
+    ) {
+        // Sums saturate: a damaged file's extreme times give extreme figures, never an overflow.
+        self.kernel_ns = self.kernel_ns.saturating_add(d);
+        let e = self.by_item.entry(item).or_insert_with(|| {
+            let (name, short, class) = figures();
+            (name, short, class, 0, 0)
+        });
+        e.3 = e.3.saturating_add(d);
+        e.4 += n;
+        let class = e.2;
+        let c = self.by_class.entry(class).or_default();
+        c.0 = c.0.saturating_add(d);
+        c.1 += n;
+        if class == KernelClass::Gemm {
+            self.gemm_ns = self.gemm_ns.saturating_add(d);
+        }
+        self.launches += n;
+    }
+
+    pub(super) fn mem_op(&mut self, kind: MemOpKind, d: i64) {
+        match KernelClass::of_mem_op(kind) {
+            KernelClass::Memset => self.memset_ns = self.memset_ns.saturating_add(d),
+            _ => self.memcpy_ns = self.memcpy_ns.saturating_add(d),
+        }
+    }
 }
 
 pub(super) fn summarize(
@@ -132,54 +183,49 @@ pub(super) fn summarize(
     breakdown: Breakdown,
 ) -> PhaseProfile {
     let trace = ctx.trace;
-    let steps = ranged.as_ref().map_or(0, |r| r.steps);
-    // item -> (name, short name, class, total ns, launches)
-    let mut by_item: HashMap<Item, (String, String, KernelClass, i64, usize)> = HashMap::new();
-    let mut by_class: HashMap<KernelClass, (i64, usize)> = HashMap::new();
-    let (mut kernel_ns, mut gemm_ns) = (0i64, 0i64);
-    let kernels = work.kernels.iter().map(|&k| {
+    let mut totals = Totals::default();
+    for &k in work.kernels {
         let k = &trace.kernels[k];
-        (Item::Kernel(k.name), k.short_name, k.duration().0)
-    });
-    let graphs = work.graphs.iter().map(|&g| {
-        let g = &trace.graph_execs[g];
-        (Item::Graph(g.graph_id), StrId(0), g.duration().0)
-    });
-    // Sums saturate: a damaged file's extreme times give extreme figures, never an overflow.
-    for (item, short, d) in kernels.chain(graphs) {
-        kernel_ns = kernel_ns.saturating_add(d);
-        let e = by_item.entry(item).or_insert_with(|| match item {
-            Item::Kernel(n) => (
-                trace.name(n).to_owned(),
-                trace.name(short).to_owned(),
-                cache.get(trace, n),
-                0,
-                0,
-            ),
-            Item::Graph(id) => {
-                let label = format!("[CUDA graph {id}]");
-                (label.clone(), label, KernelClass::CudaGraph, 0, 0)
-            }
+        totals.add(Item::Kernel(k.name), k.duration().0, 1, || {
+            (
+                trace.name(k.name).to_owned(),
+                trace.name(k.short_name).to_owned(),
+                cache.get(trace, k.name),
+            )
         });
-        e.3 = e.3.saturating_add(d);
-        e.4 += 1;
-        let class = e.2;
-        let c = by_class.entry(class).or_default();
-        c.0 = c.0.saturating_add(d);
-        c.1 += 1;
-        if class == KernelClass::Gemm {
-            gemm_ns = gemm_ns.saturating_add(d);
-        }
     }
-    let launches = work.kernels.len() + work.graphs.len();
-    let (mut memcpy_ns, mut memset_ns) = (0i64, 0i64);
+    for &g in work.graphs {
+        let g = &trace.graph_execs[g];
+        totals.add(Item::Graph(g.graph_id), g.duration().0, 1, || {
+            let label = format!("[CUDA graph {}]", g.graph_id);
+            (label.clone(), label, KernelClass::CudaGraph)
+        });
+    }
     for &m in work.mem_ops {
         let op = &trace.mem_ops[m];
-        match KernelClass::of_mem_op(op.kind) {
-            KernelClass::Memset => memset_ns = memset_ns.saturating_add(op.duration().0),
-            _ => memcpy_ns = memcpy_ns.saturating_add(op.duration().0),
-        }
+        totals.mem_op(op.kind, op.duration().0);
     }
+    phase_profile(ctx.top, name, totals, ranged, breakdown)
+}
+
+/// A phase's profile from its totals.
+pub(super) fn phase_profile(
+    top: usize,
+    name: &str,
+    totals: Totals,
+    ranged: Option<Ranged>,
+    breakdown: Breakdown,
+) -> PhaseProfile {
+    let steps = ranged.as_ref().map_or(0, |r| r.steps);
+    let Totals {
+        by_item,
+        by_class,
+        kernel_ns,
+        gemm_ns,
+        memcpy_ns,
+        memset_ns,
+        launches,
+    } = totals;
     let share = |ns: i64| {
         if kernel_ns > 0 {
             ns as f64 / kernel_ns as f64
@@ -187,25 +233,24 @@ pub(super) fn summarize(
             0.0
         }
     };
-    let mut names: Vec<(String, String, KernelClass, i64, usize)> = by_item.into_values().collect();
+    let mut names: Vec<ItemFigures> = by_item.into_values().collect();
     // Most time first; the name breaks ties so the order never depends on hashing.
     names.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.0.cmp(&b.0)));
-    let kernel_share =
-        |(n, short, class, t, c): &(String, String, KernelClass, i64, usize)| KernelShare {
-            name: n.clone(),
-            short_name: short.clone(),
-            display_name: display_name(n, 80),
-            class: *class,
-            total_ns: *t,
-            share: share(*t),
-            instances: *c,
-            instances_per_step: ranged.as_ref().and_then(|_| per_step(*c as f64, steps)),
-        };
+    let kernel_share = |(n, short, class, t, c): &ItemFigures| KernelShare {
+        name: n.clone(),
+        short_name: short.clone(),
+        display_name: display_name(n, 80),
+        class: *class,
+        total_ns: *t,
+        share: share(*t),
+        instances: *c,
+        instances_per_step: ranged.as_ref().and_then(|_| per_step(*c as f64, steps)),
+    };
     let top_kernel = names.first().map(kernel_share);
     let top_non_gemm: Vec<KernelShare> = names
         .iter()
         .filter(|k| k.2 != KernelClass::Gemm)
-        .take(ctx.top)
+        .take(top)
         .map(kernel_share)
         .collect();
     let mut classes: Vec<ClassShare> = by_class
