@@ -449,7 +449,13 @@ fn decode(
     while next < wanted.len() && at < header_len {
         let (t, n) = varint(&header[at..]).ok_or(BAD_HEADER)?;
         at += n;
-        let len = serial_len(t).ok_or("its record holds a reserved type")?;
+        let len = match t {
+            0..=127 => match SERIAL_LEN[t as usize] {
+                u8::MAX => return Err("its record holds a reserved type"),
+                n => n as usize,
+            },
+            t => ((t - 12) / 2).min(1 << 31) as usize,
+        };
         if pos == wanted[next].0 {
             let bytes = payload
                 .get(body..body + len)
@@ -474,20 +480,26 @@ fn decode(
     Ok(())
 }
 
-/// Bytes of a value of serial type `t`; `None` for the reserved types 10 and 11.
-fn serial_len(t: u64) -> Option<usize> {
-    Some(match t {
-        0 | 8 | 9 => 0,
-        1 => 1,
-        2 => 2,
-        3 => 3,
-        4 => 4,
-        5 => 6,
-        6 | 7 => 8,
-        10 | 11 => return None,
-        t => ((t - 12) / 2).min(1 << 31) as usize,
-    })
-}
+/// Bytes of a value of each serial type below 128 (`u8::MAX`: reserved).
+const SERIAL_LEN: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = match i {
+            0 | 8 | 9 => 0,
+            1 => 1,
+            2 => 2,
+            3 => 3,
+            4 => 4,
+            5 => 6,
+            6 | 7 => 8,
+            10 | 11 => u8::MAX,
+            n => ((n - 12) / 2) as u8,
+        };
+        i += 1;
+    }
+    t
+};
 
 /// A big-endian two's-complement integer of 1 to 8 bytes.
 #[inline]

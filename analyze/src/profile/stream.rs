@@ -77,7 +77,7 @@ pub fn profile_file(
     let bits = max_bits(rows);
 
     // The API calls: each one's launch context, indexed by correlation id.
-    let api = export.scan_api(ApiChunk::default, |c, r| {
+    let api = export.scan_api(false, ApiChunk::default, |c, r| {
         let end = c.bounds.span(r.start, r.end);
         c.longest = c.longest.max(end.saturating_sub(r.start));
         if r.correlation_id == 0 {

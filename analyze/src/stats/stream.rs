@@ -46,7 +46,7 @@ pub fn document_file(path: &Path, named: &[(String, Report)]) -> Result<(Documen
         .sum::<u64>();
     let g = Gatherer::new(needs, &enclosure, rows);
     let api = if needs.api_sum || needs.attribution {
-        export.scan_api(ApiChunk::default, |c, r| {
+        export.scan_api(needs.api_sum, ApiChunk::default, |c, r| {
             let (pid, tid) = split_global_tid(r.global_tid);
             g.api_call(
                 c,

@@ -1165,9 +1165,10 @@ impl Export {
     }
 
     /// Rows of the CUDA API tables (runtime, then driver): chunks side by side, each from
-    /// `init`, their states in table order.
+    /// `init`, their states in table order. Without `names` the name ids read as 0.
     pub fn scan_api<S: Send>(
         &self,
+        names: bool,
         init: impl Fn() -> S + Sync,
         row: impl Fn(&mut S, ApiRow) -> rusqlite::Result<()> + Sync,
     ) -> Result<Vec<S>> {
@@ -1180,7 +1181,8 @@ impl Export {
             if !self.schema.has(table) {
                 continue;
             }
-            let columns = [START, END, GLOBAL_TID, CORRELATION_ID, NAME_ID];
+            let name = if names { NAME_ID } else { "NULL" };
+            let columns = [START, END, GLOBAL_TID, CORRELATION_ID, name];
             let states = tables
                 .scan(table, &columns, true, &init, |s, r| {
                     row(
