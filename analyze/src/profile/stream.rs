@@ -924,14 +924,15 @@ fn sweep(ops: [&[Op]; 2], windows: &[Window], gap_windows: &[usize], top: usize)
             if o <= 0 {
                 continue;
             }
-            covered[w] = covered[w].saturating_add(o);
-            breakdowns[w].add_running(running, o);
-            if running == 0 {
-                if let Some(g) = gap_of[w] {
-                    heap.push(Stretch(a.max(win.start), b.min(win.end), g));
-                    if heap.len() > top {
-                        heap.pop();
-                    }
+            if running != 0 {
+                covered[w] = covered[w].saturating_add(o);
+                breakdowns[w].add_running(running, o);
+            } else if let Some(g) = gap_of[w] {
+                // Idle time is what the segments that ran something leave of the window; an idle
+                // stretch is only looked at as a gap.
+                heap.push(Stretch(a.max(win.start), b.min(win.end), g));
+                if heap.len() > top {
+                    heap.pop();
                 }
             }
         }
