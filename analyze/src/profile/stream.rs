@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::formats::limits::Limits;
-use crate::formats::nsys_sqlite::read::{Export, RawName, Texts};
+use crate::formats::nsys_sqlite::read::{Export, RawName, StartIndex, StartSamples, Texts};
 use crate::formats::nsys_sqlite::split_global_tid;
 use crate::formats::nsys_sqlite::table::{DRIVER, KERNEL, RUNTIME};
 use crate::formats::run_metadata;
@@ -80,6 +80,7 @@ pub fn profile_file(
     let api = export.scan_api(false, ApiChunk::default, |c, r| {
         let end = c.bounds.span(r.start, r.end);
         c.longest = c.longest.max(end.saturating_sub(r.start));
+        c.starts.row(&r);
         if r.correlation_id == 0 {
             return Ok(());
         }
@@ -96,7 +97,9 @@ pub fn profile_file(
     let mut ctxs: Vec<(u32, u32, u32)> = Vec::new();
     let mut ctx_ids: HashMap<(u32, u32, u32), u32> = HashMap::new();
     let mut chunks = Vec::new();
-    for c in api {
+    let mut starts = Vec::new();
+    for mut c in api {
+        starts.push(std::mem::take(&mut c.starts));
         api_bounds.add(&c.bounds);
         longest = longest.max(c.longest);
         let global = c
@@ -113,6 +116,7 @@ pub fn profile_file(
         chunks.push((c.corr, global));
     }
     let launches = LaunchIndex::build(chunks, bits);
+    let starts = StartIndex::new(starts);
 
     // The selections, from the ranges alone, and which instance of each claims a context.
     let plan = Plan::new(&trace, opts, &ranges, &ctxs);
@@ -232,7 +236,7 @@ pub fn profile_file(
     });
     let merged = Merged::new(chunks, &kid_names, &plan, &trace);
     let graphs = graph_summary(&trace, &untraced, &traced);
-    plan.profile(&trace, opts, merged, graphs, &export, longest)
+    plan.profile(&trace, opts, merged, graphs, &export, (longest, &starts))
 }
 
 /// The host ranges of each process, cut into pieces: the context of a call is its process,
@@ -301,6 +305,7 @@ struct ApiChunk {
     last: Option<(u32, usize)>,
     last_ctx: Option<((u32, u32, u32), u32)>,
     longest: i64,
+    starts: StartSamples,
     bounds: Bounds,
 }
 
@@ -1062,7 +1067,7 @@ impl Plan {
         merged: Merged,
         graphs: GraphSummary,
         export: &Export,
-        longest: i64,
+        (longest, starts): (i64, &StartIndex),
     ) -> Result<Profile> {
         let Merged {
             instances,
@@ -1369,7 +1374,7 @@ impl Plan {
             .collect();
         drop(ops);
         let queries: Vec<(u32, i64)> = found.iter().filter_map(|f| Some((f.3?, f.0))).collect();
-        let calls = export.calls_at(&queries, longest)?;
+        let calls = export.calls_at(&queries, longest, starts)?;
         let idle_gaps = found
             .into_iter()
             .map(|(s, e, g, process)| {

@@ -877,6 +877,87 @@ pub struct ApiRow {
     pub correlation_id: i64,
     /// The `StringIds` id of the function's name.
     pub name: i64,
+    /// The table (0: runtime, 1: driver) and the row's rowid.
+    pub table: u8,
+    pub rowid: i64,
+}
+
+/// Where the rows of the API tables start, sampled as they are scanned: when a table's rows come
+/// in order of start (as nsys writes them), the rows started within a stretch of time are found
+/// by rowid, without another scan.
+#[derive(Clone, Debug, Default)]
+pub struct StartSamples {
+    table: u8,
+    rows: u64,
+    /// (start, rowid) of every 1024th row, and of the first and last.
+    samples: Vec<(i64, i64)>,
+    last: Option<(i64, i64)>,
+    sorted: bool,
+}
+
+impl StartSamples {
+    /// Note a row of a chunk.
+    #[inline]
+    pub fn row(&mut self, r: &ApiRow) {
+        if self.rows == 0 {
+            self.table = r.table;
+            self.sorted = true;
+        }
+        if self.last.is_some_and(|l| r.start < l.0) || r.table != self.table {
+            self.sorted = false;
+        }
+        if self.rows.is_multiple_of(1024) {
+            self.samples.push((r.start, r.rowid));
+        }
+        self.last = Some((r.start, r.rowid));
+        self.rows += 1;
+    }
+}
+
+/// The samples of every chunk of the API tables, per table: `None` for a table whose rows are
+/// not in order of start.
+#[derive(Clone, Debug, Default)]
+pub struct StartIndex {
+    tables: [Option<Vec<(i64, i64)>>; 2],
+}
+
+impl StartIndex {
+    /// From the chunks' samples, in table order.
+    pub fn new(chunks: Vec<StartSamples>) -> StartIndex {
+        let mut tables: [Option<Vec<(i64, i64)>>; 2] = [Some(Vec::new()), Some(Vec::new())];
+        for c in chunks {
+            if c.rows == 0 {
+                continue;
+            }
+            let t = c.table.min(1) as usize;
+            let Some(list) = tables[t].as_mut() else {
+                continue;
+            };
+            let in_order = c.sorted && list.last().is_none_or(|l| l.0 <= c.samples[0].0);
+            if !in_order {
+                tables[t] = None;
+                continue;
+            }
+            list.extend(c.samples);
+            list.extend(c.last);
+        }
+        StartIndex { tables }
+    }
+
+    /// The rowids between which lie the rows of `table` that start in `[lo, hi]`, when known.
+    fn rowids(&self, table: usize, lo: i64, hi: i64) -> Option<(i64, i64)> {
+        let list = self.tables.get(table)?.as_ref()?;
+        let (first, last) = (list.first()?, list.last()?);
+        let from = list[..list.partition_point(|s| s.0 < lo)]
+            .last()
+            .unwrap_or(first)
+            .1;
+        let to = list[list.partition_point(|s| s.0 <= hi)..]
+            .first()
+            .unwrap_or(last)
+            .1;
+        Some((from, to))
+    }
 }
 
 /// A row of the kernel table.
@@ -1085,6 +1166,7 @@ impl Export {
         &self,
         queries: &[(u32, i64)],
         longest: i64,
+        starts: &StartIndex,
     ) -> Result<HashMap<(u32, i64), Option<String>>> {
         let mut out = HashMap::new();
         // The calls that may be in flight at a time started at most `longest` before it.
@@ -1103,16 +1185,46 @@ impl Export {
             if !self.schema.has(table) || windows.is_empty() {
                 continue;
             }
-            // A first pass reads the start alone; the calls near are then read whole by rowid.
-            let chunks = tables
-                .scan(table, &["rowid", START], true, Vec::new, |v, r| {
-                    if near_any(r.int(1)?) {
-                        v.push(r.int(0)?);
+            // The rows near the times: by rowid where the table's rows come in order of start;
+            // else a pass that reads the start alone.
+            let ranges: Option<Vec<(i64, i64)>> =
+                windows.iter().map(|w| starts.rowids(t, w.0, w.1)).collect();
+            let rowids: Vec<i64> = match ranges {
+                Some(ranges) => {
+                    let mut ids = Vec::new();
+                    for (from, to) in ranges {
+                        let mut stmt = self
+                            .conn
+                            .prepare(&format!(
+                                "SELECT rowid, {START} FROM {table} WHERE rowid BETWEEN ?1 AND ?2"
+                            ))
+                            .map_err(self.err())?;
+                        let rows = stmt
+                            .query_map([from, to], |r| Ok((r.get::<_, i64>(0)?, int(r, 1)?)))
+                            .map_err(self.err())?;
+                        for row in rows {
+                            let (rowid, start) = row.map_err(self.err())?;
+                            if near_any(start) {
+                                ids.push(rowid);
+                            }
+                        }
                     }
-                    Ok(())
-                })
-                .map_err(self.err())?;
-            let rowids: Vec<i64> = chunks.into_iter().flatten().collect();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    ids
+                }
+                None => tables
+                    .scan(table, &["rowid", START], true, Vec::new, |v, r| {
+                        if near_any(r.int(1)?) {
+                            v.push(r.int(0)?);
+                        }
+                        Ok(())
+                    })
+                    .map_err(self.err())?
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            };
             for batch in rowids.chunks(500) {
                 let list = batch
                     .iter()
@@ -1182,7 +1294,8 @@ impl Export {
                 continue;
             }
             let name = if names { NAME_ID } else { "NULL" };
-            let columns = [START, END, GLOBAL_TID, CORRELATION_ID, name];
+            let columns = [START, END, GLOBAL_TID, CORRELATION_ID, name, "rowid"];
+            let number = (table == DRIVER) as u8;
             let states = tables
                 .scan(table, &columns, true, &init, |s, r| {
                     row(
@@ -1193,6 +1306,8 @@ impl Export {
                             global_tid: r.int(2)?,
                             correlation_id: r.int(3)?,
                             name: r.int(4)?,
+                            table: number,
+                            rowid: r.int(5)?,
                         },
                     )
                 })
