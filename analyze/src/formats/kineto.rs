@@ -61,11 +61,15 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace> {
         message,
     };
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    let (top, events): (BTreeMap<String, &RawValue>, Vec<RawEvent<'_>>) = match first {
+    // Events are read one at a time, each handed to the reader as it is parsed, never held.
+    let mut reader = Reader::default();
+    let top: BTreeMap<String, &RawValue> = match first {
         Some(b'[') => {
-            let events = serde_json::from_slice(bytes)
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            serde::de::DeserializeSeed::deserialize(Events(&mut reader), &mut de)
+                .and_then(|_| de.end())
                 .map_err(|e| malformed(format!("not a valid Kineto trace: {e}")))?;
-            (BTreeMap::new(), events)
+            BTreeMap::new()
         }
         Some(b'{') => {
             let top: BTreeMap<String, &RawValue> = serde_json::from_slice(bytes)
@@ -75,19 +79,46 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace> {
                     "JSON without a `traceEvents` array: not a Kineto/Chrome trace".into(),
                 ));
             };
-            let events = serde_json::from_str(raw.get())
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            serde::de::DeserializeSeed::deserialize(Events(&mut reader), &mut de)
+                .and_then(|_| de.end())
                 .map_err(|e| malformed(format!("`traceEvents` is not a list of events: {e}")))?;
-            (top, events)
+            top
         }
         _ => return Err(malformed("not a JSON object or array".into())),
     };
-    let mut reader = Reader::default();
-    for event in &events {
-        reader.event(event);
-    }
     let mut trace = reader.finish(path, &top);
     crate::model::bounds::check(&mut trace).map_err(malformed)?;
     Ok(trace)
+}
+
+/// A list of trace events, each handed to the reader as soon as it is parsed.
+struct Events<'r>(&'r mut Reader);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Events<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Events<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<(), A::Error> {
+        while let Some(event) = seq.next_element::<RawEvent<'de>>()? {
+            self.0.event(&event);
+        }
+        Ok(())
+    }
 }
 
 /// One trace event, with the fields that need exact handling kept as raw JSON text.
