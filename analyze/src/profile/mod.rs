@@ -418,15 +418,7 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
             })
             .collect()
     } else {
-        step_breakdown
-            .iter()
-            .map(|s| GapWindow {
-                device: s.device,
-                start: Nanos(s.start_ns),
-                end: Nanos(s.start_ns + s.breakdown.span_ns),
-                step: Some(s.step.clone()),
-            })
-            .collect()
+        step_gap_windows(&step_breakdown)
     };
     let idle_gaps = longest_idle_gaps(trace, &timelines, &gap_windows, opts.top);
 
@@ -511,25 +503,38 @@ fn attention(
         }
     };
     let [qk, softmax, v] = [0, 1, 2].map(|i| time(&opts.attention[i]));
-    if qk.ranges + softmax.ranges + v.ranges == 0 {
-        return None;
+    AttentionProfile::from_ranges(qk, softmax, v, head_dim)
+}
+
+impl AttentionProfile {
+    /// The softmax-against-matmul figures of the three attention ranges' times; `None` when
+    /// none of the ranges ran.
+    pub(crate) fn from_ranges(
+        qk: RangeTime,
+        softmax: RangeTime,
+        v: RangeTime,
+        head_dim: Option<u32>,
+    ) -> Option<AttentionProfile> {
+        if qk.ranges + softmax.ranges + v.ranges == 0 {
+            return None;
+        }
+        let ratio = |a: i64, b: i64| (b > 0).then(|| a as f64 / b as f64);
+        let matmul_ns = qk.kernel_ns + v.kernel_ns;
+        let matmul_wall_ns = qk.wall_ns + v.wall_ns;
+        Some(AttentionProfile {
+            matmul_ns,
+            softmax_ns: softmax.kernel_ns,
+            ratio: ratio(softmax.kernel_ns, matmul_ns),
+            matmul_wall_ns,
+            softmax_wall_ns: softmax.wall_ns,
+            wall_ratio: ratio(softmax.wall_ns, matmul_wall_ns),
+            head_dim,
+            flop_ratio: head_dim.filter(|&d| d > 0).map(|d| 5.0 / (4.0 * d as f64)),
+            qk,
+            softmax,
+            v,
+        })
     }
-    let ratio = |a: i64, b: i64| (b > 0).then(|| a as f64 / b as f64);
-    let matmul_ns = qk.kernel_ns + v.kernel_ns;
-    let matmul_wall_ns = qk.wall_ns + v.wall_ns;
-    Some(AttentionProfile {
-        matmul_ns,
-        softmax_ns: softmax.kernel_ns,
-        ratio: ratio(softmax.kernel_ns, matmul_ns),
-        matmul_wall_ns,
-        softmax_wall_ns: softmax.wall_ns,
-        wall_ratio: ratio(softmax.wall_ns, matmul_wall_ns),
-        head_dim,
-        flop_ratio: head_dim.filter(|&d| d > 0).map(|d| 5.0 / (4.0 * d as f64)),
-        qk,
-        softmax,
-        v,
-    })
 }
 
 /// Load a classes file, or the built-in rules when `path` is `None`.
@@ -538,4 +543,17 @@ pub fn classifier(path: Option<&Path>) -> Result<Classifier> {
         Some(p) => Classifier::load(p),
         None => Ok(Classifier::builtin()),
     }
+}
+
+/// One idle-gap window per measured step on each device: the step's span there.
+pub(crate) fn step_gap_windows(steps: &[StepBreakdown]) -> Vec<GapWindow> {
+    steps
+        .iter()
+        .map(|s| GapWindow {
+            device: s.device,
+            start: Nanos(s.start_ns),
+            end: Nanos(s.start_ns + s.breakdown.span_ns),
+            step: Some(s.step.clone()),
+        })
+        .collect()
 }

@@ -1287,26 +1287,7 @@ impl Plan {
             }
         };
         let [qk, softmax, v] = [0, 1, 2].map(time);
-        let attention = if qk.ranges + softmax.ranges + v.ranges == 0 {
-            None
-        } else {
-            let ratio = |a: i64, b: i64| (b > 0).then(|| a as f64 / b as f64);
-            let matmul_ns = qk.kernel_ns + v.kernel_ns;
-            let matmul_wall_ns = qk.wall_ns + v.wall_ns;
-            Some(AttentionProfile {
-                matmul_ns,
-                softmax_ns: softmax.kernel_ns,
-                ratio: ratio(softmax.kernel_ns, matmul_ns),
-                matmul_wall_ns,
-                softmax_wall_ns: softmax.wall_ns,
-                wall_ratio: ratio(softmax.wall_ns, matmul_wall_ns),
-                head_dim,
-                flop_ratio: head_dim.filter(|&d| d > 0).map(|d| 5.0 / (4.0 * d as f64)),
-                qk,
-                softmax,
-                v,
-            })
-        };
+        let attention = AttentionProfile::from_ranges(qk, softmax, v, head_dim);
         if attention.is_none() && !trace.ranges.is_empty() {
             notes.push(format!(
                 "attention: no ranges named `{}`, `{}` or `{}` in the measured steps",
@@ -1356,15 +1337,7 @@ impl Plan {
                 })
                 .collect()
         } else {
-            step_breakdown
-                .iter()
-                .map(|s| GapWindow {
-                    device: s.device,
-                    start: Nanos(s.start_ns),
-                    end: Nanos(s.start_ns + s.breakdown.span_ns),
-                    step: Some(s.step.clone()),
-                })
-                .collect()
+            super::step_gap_windows(&step_breakdown)
         };
         let host = HostActivity::new(trace);
         let found: Vec<(i64, i64, usize, Option<u32>)> = swept
