@@ -20,6 +20,8 @@
 //! side by side), the models, [`render`], [`atomic_file`] and [`cli`].
 
 pub mod atomic_file;
+#[cfg(feature = "analysis")]
+pub mod attribution;
 pub mod cli;
 #[cfg(feature = "analysis")]
 pub mod compare;
@@ -38,6 +40,8 @@ pub mod render;
 pub mod report;
 #[cfg(feature = "analysis")]
 pub mod run_name;
+#[cfg(feature = "analysis")]
+pub mod source;
 #[cfg(feature = "analysis")]
 pub mod stats;
 

@@ -1,6 +1,7 @@
-//! The streaming readers of `stats` and `profile` (an export's kernel and API tables read as rows,
-//! never loaded) against the analyses of the loaded trace: on every export of the fixtures they
-//! print the same reports and the same profile, to the last digit.
+//! The two readings of an export, streamed (its kernel and API tables read as rows, never
+//! loaded) and loaded whole: on every export of the fixtures the stats reports gathered from
+//! each are the same, and the one profile engine fed by either source gives the same profile,
+//! to the last digit, so the streamed reader hands over every record the loader reads.
 
 use analyze::formats::load_trace;
 use analyze::kernels::class::Classifier;

@@ -12,9 +12,8 @@
 //! nanoseconds. Beside them, `communication_ns` is all the time a communication kernel ran,
 //! overlapped or not: `exposed_communication_ns` is the part that no compute (or graph) hid.
 //!
-//! This module knows nothing of ranges: [`super::ranges`] says which windows to look at.
-
-use std::collections::HashMap;
+//! This module knows nothing of ranges: [`super::ranges`] says which windows to look at, and
+//! [`super::sweep`] cuts the timelines.
 
 use serde::Serialize;
 
@@ -108,182 +107,6 @@ pub(super) const MEMCPY: u8 = 1 << 3;
 pub(super) const MEMSET: u8 = 1 << 4;
 pub(super) const KINDS: [u8; 5] = [COMPUTE, GRAPH, COMMUNICATION, MEMCPY, MEMSET];
 
-/// A stretch of a device's timeline during which the same kinds of work were running.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Segment {
-    start: i64,
-    end: i64,
-    running: u8,
-}
-
-/// One device: its segments from the first op's start to the last op's end (idle ones included),
-/// and the start and process of each op, for naming who ended an idle gap.
-#[derive(Default)]
-struct Device {
-    segments: Vec<Segment>,
-    /// (start, process) of every op, sorted.
-    starts: Vec<(i64, u32)>,
-}
-
-/// Every device's timeline, built once per trace.
-pub struct Timelines {
-    devices: HashMap<u32, Device>,
-}
-
-/// One device's edges (time, +1 or -1, kind index) and its op starts (time, process).
-type DeviceEvents = (Vec<(i64, i32, usize)>, Vec<(i64, u32)>);
-
-impl Timelines {
-    /// The timelines of `trace`. `communication[k]` says whether kernel `k` is communication;
-    /// `untraced[g]` whether graph execution `g` is work of its own (see
-    /// [`super::ranges::untraced_graphs`]).
-    pub fn new(trace: &Trace, communication: &[bool], untraced: &[bool]) -> Timelines {
-        // Per device: (time, +1 or -1, kind index) and the op starts.
-        let mut events: HashMap<u32, DeviceEvents> = HashMap::new();
-        let mut add = |device: u32, start: Nanos, end: Nanos, pid: u32, kind: u8| {
-            if end <= start {
-                return;
-            }
-            let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0);
-            let e = events.entry(device).or_default();
-            e.0.push((start.0, 1, k));
-            e.0.push((end.0, -1, k));
-            e.1.push((start.0, pid));
-        };
-        for (i, k) in trace.kernels.iter().enumerate() {
-            let kind = if communication.get(i).copied().unwrap_or(false) {
-                COMMUNICATION
-            } else {
-                COMPUTE
-            };
-            add(k.device, k.start, k.end, k.pid, kind);
-        }
-        for m in &trace.mem_ops {
-            let kind = if m.kind == crate::model::trace::MemOpKind::Memset {
-                MEMSET
-            } else {
-                MEMCPY
-            };
-            add(m.device, m.start, m.end, m.pid, kind);
-        }
-        for (i, g) in trace.graph_execs.iter().enumerate() {
-            if untraced.get(i).copied().unwrap_or(false) {
-                add(g.device, g.start, g.end, g.pid, GRAPH);
-            }
-        }
-        let devices = events
-            .into_iter()
-            .map(|(d, (mut ev, mut starts))| {
-                ev.sort_unstable_by_key(|e| e.0);
-                starts.sort_unstable();
-                (
-                    d,
-                    Device {
-                        segments: sweep(&ev),
-                        starts,
-                    },
-                )
-            })
-            .collect();
-        Timelines { devices }
-    }
-
-    /// The devices that ran any work, sorted.
-    pub fn device_ids(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.devices.keys().copied().collect();
-        ids.sort_unstable();
-        ids
-    }
-
-    /// From the first op's start to the last op's end on `device`.
-    pub fn span(&self, device: u32) -> Option<(Nanos, Nanos)> {
-        let s = &self.devices.get(&device)?.segments;
-        Some((Nanos(s.first()?.start), Nanos(s.last()?.end)))
-    }
-
-    fn segments(&self, device: u32) -> &[Segment] {
-        self.devices.get(&device).map_or(&[], |d| &d.segments)
-    }
-
-    /// The segments of `device` that overlap `[start, end)`.
-    fn overlapping(&self, device: u32, start: i64, end: i64) -> &[Segment] {
-        let segs = self.segments(device);
-        let lo = segs.partition_point(|s| s.end <= start);
-        let hi = lo + segs[lo..].partition_point(|s| s.start < end);
-        &segs[lo..hi]
-    }
-
-    /// What `device` did from `start` to `end`. Time outside its active span is idle.
-    pub fn breakdown(&self, device: u32, start: Nanos, end: Nanos) -> Breakdown {
-        let (ws, we) = (start.0, end.0.max(start.0));
-        let mut b = Breakdown {
-            span_ns: we.saturating_sub(ws),
-            ..Breakdown::default()
-        };
-        let mut covered: i64 = 0;
-        for s in self.overlapping(device, ws, we) {
-            let o = s.end.min(we).saturating_sub(s.start.max(ws));
-            if o <= 0 {
-                continue;
-            }
-            covered = covered.saturating_add(o);
-            b.add_running(s.running, o);
-        }
-        b.idle_ns = b.idle_ns.saturating_add(b.span_ns.saturating_sub(covered));
-        b
-    }
-
-    /// The stretches of `[start, end)` during which `device` ran nothing, clipped to the window.
-    fn idle_stretches(&self, device: u32, start: Nanos, end: Nanos) -> Vec<(i64, i64)> {
-        self.overlapping(device, start.0, end.0)
-            .iter()
-            .filter(|s| s.running == 0)
-            .map(|s| (s.start.max(start.0), s.end.min(end.0)))
-            .filter(|(s, e)| e > s)
-            .collect()
-    }
-
-    /// The process of the first op that starts on `device` at or after `t`.
-    fn next_process(&self, device: u32, t: i64) -> Option<u32> {
-        let starts = &self.devices.get(&device)?.starts;
-        let i = starts.partition_point(|s| s.0 < t);
-        starts.get(i).map(|s| s.1)
-    }
-}
-
-/// Segments from events sorted by time: one per stretch between two event times during which
-/// the same kinds ran, neighbours with the same kinds merged.
-fn sweep(events: &[(i64, i32, usize)]) -> Vec<Segment> {
-    let mut counts = [0i32; KINDS.len()];
-    let mut out: Vec<Segment> = Vec::new();
-    let mut prev: Option<i64> = None;
-    let mut i = 0;
-    while i < events.len() {
-        let t = events[i].0;
-        if let Some(p) = prev.filter(|&p| t > p) {
-            let running = counts
-                .iter()
-                .zip(KINDS)
-                .filter(|(c, _)| **c > 0)
-                .fold(0u8, |m, (_, k)| m | k);
-            match out.last_mut() {
-                Some(last) if last.running == running && last.end == p => last.end = t,
-                _ => out.push(Segment {
-                    start: p,
-                    end: t,
-                    running,
-                }),
-            }
-        }
-        while i < events.len() && events[i].0 == t {
-            counts[events[i].2] += events[i].1;
-            i += 1;
-        }
-        prev = Some(t);
-    }
-    out
-}
-
 /// A window over which to look for idle gaps: a step's span on a device, or a device's active
 /// span.
 pub struct GapWindow {
@@ -314,58 +137,11 @@ pub struct IdleGap {
     pub range: Option<String>,
 }
 
-/// The `top` longest idle gaps inside `windows`, longest first (earlier first among equals, then
-/// in the windows' order).
-pub fn longest_idle_gaps(
-    trace: &Trace,
-    timelines: &Timelines,
-    windows: &[GapWindow],
-    top: usize,
-) -> Vec<IdleGap> {
-    let mut found: Vec<(i64, i64, usize)> = Vec::new();
-    for (w, win) in windows.iter().enumerate() {
-        for (s, e) in timelines.idle_stretches(win.device, win.start, win.end) {
-            found.push((s, e, w));
-        }
-    }
-    let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
-    found.sort_unstable_by(|a, b| {
-        length(b)
-            .cmp(&length(a))
-            .then(a.0.cmp(&b.0))
-            .then(a.2.cmp(&b.2))
-    });
-    found.truncate(top);
-    let host = HostActivity::new(trace);
-    found
-        .into_iter()
-        .map(|(s, e, w)| {
-            let win = &windows[w];
-            let process = timelines.next_process(win.device, e);
-            let (api_call, range) = match process {
-                Some(p) => (host.call_at(p, s), host.range_at(p, s)),
-                None => (None, None),
-            };
-            IdleGap {
-                device: win.device,
-                process,
-                step: win.step.clone(),
-                start_ns: s,
-                idle_ns: e.saturating_sub(s),
-                offset_ns: s.saturating_sub(win.start.0),
-                api_call,
-                range,
-            }
-        })
-        .collect()
-}
-
-/// What a process was doing on the host at a given time: the CUDA API call and the NVTX range
-/// in flight.
+/// What a process was doing on the host at a given time: the NVTX range in flight (the CUDA API
+/// call is the source's to find, [`crate::source::TraceSource::calls_at`]).
 pub(super) struct HostActivity<'a> {
     trace: &'a Trace,
-    /// The longest API call and range: how far back a search must look.
-    longest_call: i64,
+    /// The longest range: how far back a search must look.
     longest_range: i64,
 }
 
@@ -373,12 +149,6 @@ impl<'a> HostActivity<'a> {
     pub(super) fn new(trace: &'a Trace) -> HostActivity<'a> {
         HostActivity {
             trace,
-            longest_call: trace
-                .api_calls
-                .iter()
-                .map(|c| c.duration().0)
-                .max()
-                .unwrap_or(0),
             longest_range: trace
                 .ranges
                 .iter()
@@ -386,18 +156,6 @@ impl<'a> HostActivity<'a> {
                 .max()
                 .unwrap_or(0),
         }
-    }
-
-    /// The latest-started API call of `pid` in flight at `t`.
-    fn call_at(&self, pid: u32, t: i64) -> Option<String> {
-        let calls = &self.trace.api_calls;
-        let hi = calls.partition_point(|c| c.start.0 <= t);
-        let lo = calls.partition_point(|c| c.start.0 < t.saturating_sub(self.longest_call));
-        calls[lo..hi]
-            .iter()
-            .rev()
-            .find(|c| c.pid == pid && c.end.0 > t)
-            .map(|c| self.trace.name(c.name).to_owned())
     }
 
     /// The innermost (latest-started) host range of `pid` open at `t`.
@@ -415,11 +173,13 @@ impl<'a> HostActivity<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::model::trace::{Kernel, MemOp, MemOpKind, Source, SourceFormat, StrId};
+    use crate::kernels::class::Classifier;
+    use crate::model::trace::{Kernel, MemOp, MemOpKind, Nanos, Source, SourceFormat, Trace};
     use crate::model::Bytes;
+    use crate::profile::{profile, ProfileOptions};
 
-    fn kernel(start: i64, end: i64) -> Kernel {
+    fn kernel(t: &mut Trace, name: &str, start: i64, end: i64) -> Kernel {
+        let name = t.strings.intern(name);
         Kernel {
             start: Nanos(start),
             end: Nanos(end),
@@ -427,8 +187,8 @@ mod tests {
             stream: 7,
             correlation_id: 0,
             pid: 1,
-            name: StrId(0),
-            short_name: StrId(0),
+            name,
+            short_name: name,
             mangled_name: None,
             grid: [1; 3],
             block: [1; 3],
@@ -439,38 +199,35 @@ mod tests {
         }
     }
 
+    fn mem_op(start: i64, end: i64, kind: MemOpKind) -> MemOp {
+        MemOp {
+            start: Nanos(start),
+            end: Nanos(end),
+            device: 0,
+            stream: 7,
+            correlation_id: 0,
+            pid: 1,
+            kind,
+            bytes: Bytes(4),
+        }
+    }
+
     #[test]
     fn overlaps_resolve_by_precedence_and_parts_add_up() {
         let mut t = Trace::empty(Source::new("t", SourceFormat::NsysSqlite));
-        t.strings.intern("k");
         // compute 0-10, a collective 5-30 (hidden until 10, exposed 10-30), idle 30-40,
         // a copy 40-50 overlapping a memset 45-55.
-        t.kernels = vec![kernel(0, 10), kernel(5, 30)];
-        t.mem_ops = vec![
-            MemOp {
-                start: Nanos(40),
-                end: Nanos(50),
-                device: 0,
-                stream: 7,
-                correlation_id: 0,
-                pid: 1,
-                kind: MemOpKind::HostToDevice,
-                bytes: Bytes(4),
-            },
-            MemOp {
-                start: Nanos(45),
-                end: Nanos(55),
-                device: 0,
-                stream: 7,
-                correlation_id: 0,
-                pid: 1,
-                kind: MemOpKind::Memset,
-                bytes: Bytes(4),
-            },
+        t.kernels = vec![
+            kernel(&mut t, "gemm_kernel", 0, 10),
+            kernel(&mut t, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5, 30),
         ];
-        let tl = Timelines::new(&t, &[false, true], &[]);
-        assert_eq!(tl.span(0), Some((Nanos(0), Nanos(55))));
-        let b = tl.breakdown(0, Nanos(0), Nanos(55));
+        t.mem_ops = vec![
+            mem_op(40, 50, MemOpKind::HostToDevice),
+            mem_op(45, 55, MemOpKind::Memset),
+        ];
+        let p = profile(&t, &Classifier::builtin(), &ProfileOptions::default());
+        let b = p.whole_trace.breakdown;
+        assert_eq!(b.span_ns, 55);
         assert_eq!(b.compute_ns, 10);
         assert_eq!(b.communication_ns, 25);
         assert_eq!(b.exposed_communication_ns, 20);
@@ -478,23 +235,9 @@ mod tests {
         assert_eq!(b.memcpy_ns, 10);
         assert_eq!(b.memset_ns, 5);
         assert_eq!(b.parts_ns(), b.span_ns);
-        // A window past the device's work is idle there.
-        let b = tl.breakdown(0, Nanos(50), Nanos(70));
-        assert_eq!((b.memset_ns, b.idle_ns, b.span_ns), (5, 15, 20));
-        assert_eq!(tl.idle_stretches(0, Nanos(0), Nanos(55)), vec![(30, 40)]);
-        let gaps = longest_idle_gaps(
-            &t,
-            &tl,
-            &[GapWindow {
-                device: 0,
-                start: Nanos(0),
-                end: Nanos(55),
-                step: None,
-            }],
-            5,
-        );
-        assert_eq!(gaps.len(), 1);
-        assert_eq!((gaps[0].start_ns, gaps[0].idle_ns), (30, 10));
-        assert_eq!(gaps[0].process, Some(1));
+        assert_eq!(p.idle_gaps.len(), 1);
+        let gap = &p.idle_gaps[0];
+        assert_eq!((gap.start_ns, gap.idle_ns, gap.offset_ns), (30, 10, 30));
+        assert_eq!(gap.process, Some(1));
     }
 }

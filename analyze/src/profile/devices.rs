@@ -10,15 +10,15 @@
 //! per measured step (over the whole trace when there are no steps): in a collective every other
 //! rank waits for it, so its partners' time shows up as communication and it does not.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::model::trace::{Nanos, Trace};
 
-use super::breakdown::{Breakdown, Timelines};
+use super::breakdown::Breakdown;
 
 /// One process on one device.
 #[derive(Clone, Debug, Serialize)]
@@ -88,14 +88,14 @@ pub struct GraphSummary {
     pub graph_ns: i64,
 }
 
-/// The graphs of `trace`; `untraced[g]` says whether graph execution `g` is work of its own.
-pub fn graph_summary(trace: &Trace, untraced: &[bool]) -> GraphSummary {
-    let mut launches: HashSet<(u32, u64)> = trace
-        .kernels
-        .iter()
-        .filter(|k| k.graph_node_id.is_some())
-        .map(|k| (k.pid, k.correlation_id))
-        .collect();
+/// The graphs of `trace`: `untraced[g]` says whether graph execution `g` is work of its own,
+/// `traced` holds the (process, correlation id) of the kernels traced inside graphs.
+pub fn graph_summary(
+    trace: &Trace,
+    untraced: &[bool],
+    traced: &HashSet<(u32, u64)>,
+) -> GraphSummary {
+    let mut launches = traced.clone();
     let mut s = GraphSummary::default();
     for (i, g) in trace.graph_execs.iter().enumerate() {
         launches.insert((g.pid, g.correlation_id));
@@ -124,45 +124,6 @@ impl Pair {
         self.first = Some(self.first.map_or(start, |f| f.min(start)));
         self.last = Some(self.last.map_or(end, |l| l.max(end)));
     }
-}
-
-/// Every (device, process) pair of `trace`, sorted by device then process, with `steps` (the
-/// per-step breakdowns) folded in and the slowest pair marked.
-pub fn device_profiles(
-    trace: &Trace,
-    timelines: &Timelines,
-    communication: &[bool],
-    untraced: &[bool],
-    steps: &[StepBreakdown],
-) -> Vec<DeviceProfile> {
-    let mut pairs: BTreeMap<(u32, u32), Pair> = BTreeMap::new();
-    for (i, k) in trace.kernels.iter().enumerate() {
-        let p = pairs.entry((k.device, k.pid)).or_default();
-        let d = k.duration().0;
-        p.kernels += 1;
-        p.kernel_ns = p.kernel_ns.saturating_add(d);
-        if communication.get(i).copied().unwrap_or(false) {
-            p.communication_ns = p.communication_ns.saturating_add(d);
-        }
-        p.cover(k.start, k.end);
-    }
-    for m in &trace.mem_ops {
-        pairs
-            .entry((m.device, m.pid))
-            .or_default()
-            .cover(m.start, m.end);
-    }
-    for (i, g) in trace.graph_execs.iter().enumerate() {
-        if !untraced[i] {
-            continue;
-        }
-        let p = pairs.entry((g.device, g.pid)).or_default();
-        p.kernels += 1;
-        p.kernel_ns = p.kernel_ns.saturating_add(g.duration().0);
-        p.graph_ns = p.graph_ns.saturating_add(g.duration().0);
-        p.cover(g.start, g.end);
-    }
-    profiles(pairs, |d, s, e| timelines.breakdown(d, s, e), steps)
 }
 
 /// The profiles of (device, process) pairs, with `breakdown` of a device's window and `steps`
@@ -227,52 +188,23 @@ pub(super) fn profiles(
     out
 }
 
-/// `trace` with only the GPU work of `device` and of process `process` (and, for a device, only
-/// the host activity of the processes that ran work on it); the trace itself when neither is
-/// given.
-pub fn restrict(trace: &Trace, device: Option<u32>, process: Option<u32>) -> Cow<'_, Trace> {
-    if device.is_none() && process.is_none() {
-        return Cow::Borrowed(trace);
-    }
-    let keep_op = |d: u32, p: u32| device.is_none_or(|x| x == d) && process.is_none_or(|x| x == p);
-    let mut t = trace.clone();
-    t.kernels.retain(|k| keep_op(k.device, k.pid));
-    t.mem_ops.retain(|m| keep_op(m.device, m.pid));
-    t.graph_execs.retain(|g| keep_op(g.device, g.pid));
-    let processes: HashSet<u32> = t
-        .kernels
-        .iter()
-        .map(|k| k.pid)
-        .chain(t.mem_ops.iter().map(|m| m.pid))
-        .chain(t.graph_execs.iter().map(|g| g.pid))
-        .collect();
-    let keep_host =
-        |p: u32| process.is_none_or(|x| x == p) && (device.is_none() || processes.contains(&p));
-    t.api_calls.retain(|c| keep_host(c.pid));
-    t.ranges.retain(|r| keep_host(r.pid));
-    t.open_ranges.retain(|r| keep_host(r.pid));
-    t.marks.retain(|m| keep_host(m.pid));
-    Cow::Owned(t)
-}
-
-/// Fail with one line naming what the trace has when `device` or `process` selects no GPU work.
-pub fn check_filters(trace: &Trace, device: Option<u32>, process: Option<u32>) -> Result<()> {
+/// Fail with one line naming what the trace has when `device` or `process` selects no GPU work;
+/// `ops` holds the (device, process) of every piece of GPU work of the file at `path`.
+pub fn check_filters(
+    path: &Path,
+    ops: &BTreeSet<(u32, u32)>,
+    device: Option<u32>,
+    process: Option<u32>,
+) -> Result<()> {
     let list = |mut v: Vec<u32>| {
         v.sort_unstable();
         v.dedup();
         v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
     };
-    let ops = || {
-        trace
-            .kernels
-            .iter()
-            .map(|k| (k.device, k.pid))
-            .chain(trace.mem_ops.iter().map(|m| (m.device, m.pid)))
-            .chain(trace.graph_execs.iter().map(|g| (g.device, g.pid)))
-    };
+    let ops = || ops.iter().copied();
     let fail = |message: String| {
         Err(Error::NothingToProfile {
-            path: trace.source.path.clone(),
+            path: path.to_owned(),
             message,
         })
     };

@@ -10,19 +10,24 @@
 //! ratio beside the FLOP ratio 5/(4·head_dim), figures per device and process, and the longest
 //! idle gaps.
 //!
-//! [`profile`] is a pure function of a [`Trace`], a [`Classifier`] and [`ProfileOptions`]; its
-//! [`Profile`] serialises to the JSON of `analyze profile --format json` and
-//! [`Profile::document`] lays it out as tables. Range selection and kernel attribution are in
-//! [`ranges`], the timeline breakdown in [`breakdown`], per-device figures in [`devices`]; this
-//! module only sums. Kernel figures count kernels, and CUDA graph executions traced as a whole
-//! (class `cuda graph`, one launch each): memcpy and memset time is reported beside them, and the
-//! GPU projection includes them as nsys does.
+//! One engine computes all of it ([`engine`]): a [`crate::source::TraceSource`] (an nsys export
+//! streamed, or a loaded trace) pushes its API calls and GPU work through the profile's plan
+//! ([`plan`]: which step, phase and attention range claims each piece of work, summed there),
+//! and one sweep of each device's timeline ([`sweep`]) gives every breakdown and the idle gaps.
+//! [`profile_file`] reads a file, [`profile`] a trace already loaded; the [`Profile`]
+//! serialises to the JSON of `analyze profile --format json` and [`Profile::document`] lays it
+//! out as tables. Range selection is in [`ranges`], the breakdown's parts in [`breakdown`],
+//! per-device figures in [`devices`]. Kernel figures count kernels, and CUDA graph executions
+//! traced as a whole (class `cuda graph`, one launch each): memcpy and memset time is reported
+//! beside them, and the GPU projection includes them as nsys does.
 
 pub mod breakdown;
 pub mod devices;
+mod engine;
+mod plan;
 pub mod ranges;
-mod stream;
 mod summary;
+mod sweep;
 mod tables;
 
 use std::collections::HashMap;
@@ -32,19 +37,20 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::formats::run_metadata;
 use crate::kernels::class::{Classifier, KernelClass};
 use crate::model::trace::{Nanos, StrId, Trace};
 use crate::render::cells::truncate;
+use crate::source::loaded::LoadedSource;
+use crate::source::{self, Opened, TraceSource};
 
-use self::breakdown::{longest_idle_gaps, Breakdown, GapWindow, IdleGap, Timelines};
-use self::devices::{device_profiles, graph_summary, DeviceProfile, GraphSummary, StepBreakdown};
+use self::breakdown::{Breakdown, GapWindow, IdleGap};
+use self::devices::{DeviceProfile, GraphSummary, StepBreakdown};
+use self::ranges::group_name;
 pub use self::ranges::Attribution;
-use self::ranges::{
-    find_steps, group_name, select, steps_per_process, untraced_graphs, Launches, Selection,
-};
-pub use self::stream::profile_file;
-use self::summary::{per_step, step_breakdowns, summarize, summarize_selection, Context, Work};
+
+/// Bytes kept per streamed kernel (the op for the sweep, sorting, sums) and per API call.
+pub const PER_KERNEL: u64 = 48;
+pub const PER_CALL: u64 = 8;
 
 /// The default step pattern: `step_0`, `step_1`, ...
 pub const DEFAULT_STEPS: &str = r"^step_\d+$";
@@ -232,211 +238,48 @@ pub fn check_profilable(trace: &Trace) -> Result<()> {
     Ok(())
 }
 
-/// Kernel classes by interned name, computed once per name.
-struct ClassCache<'a> {
-    classifier: &'a Classifier,
-    classes: Vec<Option<KernelClass>>,
-}
-
-impl ClassCache<'_> {
-    fn get(&mut self, trace: &Trace, name: StrId) -> KernelClass {
-        let slot = &mut self.classes[name.0 as usize];
-        *slot.get_or_insert_with(|| self.classifier.classify(trace.name(name)))
-    }
-}
-
-/// Profile `trace`. Never fails: what is missing is said in [`Profile::notes`].
+/// Profile `trace`, a loaded trace read as a source like any other. Never fails: what is
+/// missing is said in [`Profile::notes`] (a trace without kernels gives a profile of nothing;
+/// [`check_profilable`] says why first, where that is an error).
 pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) -> Profile {
-    let trace = &*devices::restrict(trace, opts.device, opts.process);
-    let mut notes = Vec::new();
-    let mut cache = ClassCache {
-        classifier,
-        classes: vec![None; trace.strings.len()],
-    };
-    let launches = Launches::new(trace, opts.attribution);
-    if trace.ranges.is_empty() {
-        notes.push(if trace.source.missing.iter().any(|t| t == "NVTX_EVENTS") {
-            "no NVTX ranges (the export has no NVTX_EVENTS table): only whole-trace figures".into()
-        } else {
-            "no NVTX ranges: only whole-trace figures".into()
-        });
-    } else if !launches.any_linked() {
-        notes.push(
-            "no CUDA API call is linked to a kernel by correlation id (CUPTI_ACTIVITY_KIND_RUNTIME absent?): kernels cannot be attributed to ranges".into(),
-        );
-    }
-    let untraced = untraced_graphs(trace);
-    let communication: Vec<bool> = trace
-        .kernels
-        .iter()
-        .map(|k| cache.get(trace, k.name) == KernelClass::Communication)
-        .collect();
-    let timelines = Timelines::new(trace, &communication, &untraced);
-    let ctx = Context {
-        trace,
-        timelines: &timelines,
-        top: opts.top,
-    };
+    let mut source = LoadedSource::new(trace);
+    let small = source.small_tables(true, true);
+    small
+        .and_then(|small| engine::run(&mut source, small, classifier, opts, false))
+        .expect("a loaded trace reads without error")
+        .0
+}
 
-    let mut step_pattern = opts.steps.as_str().to_owned();
-    let mut step_names = names_matching(trace, |n| opts.steps.is_match(n));
-    if step_names.is_empty() && step_pattern == DEFAULT_STEPS {
-        let profiler = Regex::new(PROFILER_STEPS).expect("valid");
-        let found = names_matching(trace, |n| profiler.is_match(n));
-        if !find_steps(trace, |r| found.contains(&r.name)).is_empty() {
-            step_pattern = PROFILER_STEPS.to_owned();
-            step_names = found;
+/// Profile the file at `path`: an nsys export streams, anything else loads whole. A file
+/// without kernels, or whose GPU work `--device`/`--process` leave empty, is an error naming it.
+pub fn profile_file(
+    path: &Path,
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+) -> Result<Profile> {
+    match source::open(path, PER_KERNEL, PER_CALL)? {
+        Opened::Export(mut export) => {
+            let trace = export.small_tables(true, true)?;
+            Ok(profile_source(&mut *export, trace, classifier, opts)?.0)
+        }
+        Opened::Loaded(trace) => {
+            let mut source = LoadedSource::new(&trace);
+            let small = source.small_tables(true, true)?;
+            Ok(profile_source(&mut source, small, classifier, opts)?.0)
         }
     }
-    let steps = find_steps(trace, |r| step_names.contains(&r.name));
-    if steps.is_empty() && !trace.ranges.is_empty() {
-        notes.push(format!(
-            "no range matches the step pattern `{}`: every phase range counts and per-step figures are per range",
-            opts.steps.as_str()
-        ));
-    }
-    let mut step_breakdown = Vec::new();
-    let step = (!steps.is_empty()).then(|| {
-        let sel = select(trace, &launches, &[], |r| step_names.contains(&r.name));
-        step_breakdown = step_breakdowns(trace, &timelines, &sel);
-        summarize_selection(&ctx, &mut cache, "measured steps", &sel)
-    });
+}
 
-    let mut phases = Vec::new();
-    for name in &opts.phases {
-        let ids = names_matching(trace, |n| n == name || group_name(n) == name);
-        if ids.is_empty() {
-            if !trace.ranges.is_empty() || trace.strings.lookup(name).is_some() {
-                notes.push(format!("phase `{name}`: no NVTX range of that name"));
-            }
-            continue;
-        }
-        let sel = select(trace, &launches, &steps, |r| ids.contains(&r.name));
-        if sel.all_ranges == 0 {
-            notes.push(format!("phase `{name}`: no NVTX range of that name"));
-            continue;
-        }
-        if sel.instances.is_empty() {
-            notes.push(format!(
-                "phase `{name}`: {} range(s), none inside a measured step",
-                sel.all_ranges
-            ));
-            continue;
-        }
-        phases.push(summarize_selection(&ctx, &mut cache, name, &sel));
-    }
-
-    if opts
-        .phases
-        .iter()
-        .any(|p| !phases.iter().any(|f| &f.name == p))
-    {
-        if let Some(hint) = range_names_hint(trace) {
-            notes.push(hint);
-        }
-    }
-
-    let all_kernels: Vec<usize> = (0..trace.kernels.len()).collect();
-    let all_mem_ops: Vec<usize> = (0..trace.mem_ops.len()).collect();
-    let all_graphs: Vec<usize> = (0..trace.graph_execs.len())
-        .filter(|&g| untraced[g])
-        .collect();
-    let mut whole_breakdown = Breakdown::default();
-    for d in timelines.device_ids() {
-        if let Some((s, e)) = timelines.span(d) {
-            whole_breakdown.add(&timelines.breakdown(d, s, e));
-        }
-    }
-    let whole_trace = summarize(
-        &ctx,
-        &mut cache,
-        "whole trace",
-        Work {
-            kernels: &all_kernels,
-            mem_ops: &all_mem_ops,
-            graphs: &all_graphs,
-        },
-        None,
-        whole_breakdown,
-    );
-
-    let head_dim = opts
-        .head_dim
-        .or_else(|| run_metadata::head_dim(&trace.source.run));
-    let attention = attention(trace, &launches, &steps, opts, head_dim);
-    if attention.is_none() && !trace.ranges.is_empty() {
-        notes.push(format!(
-            "attention: no ranges named `{}`, `{}` or `{}` in the measured steps",
-            opts.attention[0], opts.attention[1], opts.attention[2]
-        ));
-    }
-
-    let graphs = graph_summary(trace, &untraced);
-    if graphs.untraced_launches > 0 {
-        notes.push(format!(
-            "{} of {} CUDA graph launches carry no per-kernel detail: their GPU time ({:.3} ms) counts as class `cuda graph`; `nsys profile --cuda-graph-trace=node` traces the kernels inside graphs",
-            graphs.untraced_launches,
-            graphs.launches,
-            graphs.graph_ns as f64 / 1e6
-        ));
-    }
-    let devices = device_profiles(
-        trace,
-        &timelines,
-        &communication,
-        &untraced,
-        &step_breakdown,
-    );
-    let processes = steps
-        .iter()
-        .map(|&s| trace.ranges[s].pid)
-        .collect::<std::collections::HashSet<u32>>()
-        .len();
-    if processes > 1 {
-        notes.push(format!(
-            "{processes} processes: a step is a step of one process; per-step kernel figures add up the work of every process in a step, wall and GPU-projected time per step are means over the processes"
-        ));
-    }
-    if let Some(d) = opts.device {
-        notes.push(format!("only the GPU work of device {d} (--device)"));
-    }
-    if let Some(p) = opts.process {
-        notes.push(format!("only process {p} (--process)"));
-    }
-    let gap_windows: Vec<GapWindow> = if step_breakdown.is_empty() {
-        timelines
-            .device_ids()
-            .into_iter()
-            .filter_map(|d| {
-                let (start, end) = timelines.span(d)?;
-                Some(GapWindow {
-                    device: d,
-                    start,
-                    end,
-                    step: None,
-                })
-            })
-            .collect()
-    } else {
-        step_gap_windows(&step_breakdown)
-    };
-    let idle_gaps = longest_idle_gaps(trace, &timelines, &gap_windows, opts.top);
-
-    Profile {
-        file: trace.source.path.display().to_string(),
-        attribution: opts.attribution,
-        step_pattern,
-        measured_steps: steps_per_process(trace, &steps),
-        phases,
-        step,
-        whole_trace,
-        attention,
-        notes,
-        devices,
-        graphs,
-        step_breakdown,
-        idle_gaps,
-    }
+/// Profile `source`, whose small tables (ranges, memory operations, graph executions, metadata)
+/// are `trace`; with how many kernels it has. A source without kernels, or whose GPU work
+/// `--device`/`--process` leave empty, is an error naming its file.
+pub fn profile_source<S: TraceSource>(
+    source: &mut S,
+    trace: Trace,
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+) -> Result<(Profile, usize)> {
+    engine::run(source, trace, classifier, opts, true)
 }
 
 /// Interned names of ranges whose name satisfies `f`.
@@ -479,31 +322,6 @@ fn range_names_hint(trace: &Trace) -> Option<String> {
             String::new()
         }
     ))
-}
-
-fn attention(
-    trace: &Trace,
-    launches: &Launches<'_>,
-    steps: &[usize],
-    opts: &ProfileOptions,
-    head_dim: Option<u32>,
-) -> Option<AttentionProfile> {
-    let time = |name: &str| -> RangeTime {
-        let sel = match trace.strings.lookup(name) {
-            Some(id) => select(trace, launches, steps, |r| r.name == id),
-            None => Selection::default(),
-        };
-        RangeTime {
-            name: name.to_owned(),
-            ranges: sel.instances.len(),
-            wall_ns: sel.wall(trace).0,
-            gpu_proj_ns: sel.projection(trace).0,
-            kernel_ns: sel.kernels().map(|k| trace.kernels[k].duration().0).sum(),
-            kernels: sel.kernels().count(),
-        }
-    };
-    let [qk, softmax, v] = [0, 1, 2].map(|i| time(&opts.attention[i]));
-    AttentionProfile::from_ranges(qk, softmax, v, head_dim)
 }
 
 impl AttentionProfile {

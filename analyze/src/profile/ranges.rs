@@ -24,14 +24,15 @@
 //! `gpu_user_annotation`, the device's view of a CPU annotation of the same name) are never
 //! steps or phase instances: the CPU range they mirror is. PyTorch's `emit_nvtx` labels
 //! (`aten::mm, seq = 45, op_id = 678`) group under their operator name ([`group_name`]). This
-//! module selects ranges and collects their work; it computes no statistics.
+//! module selects ranges; which work each claims is [`super::plan`]'s, and it computes no
+//! statistics.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
 use crate::formats::kineto::GPU_ANNOTATION_DOMAIN;
-use crate::model::trace::{Nanos, Range, Trace};
+use crate::model::trace::{GraphExec, Nanos, Range, Trace};
 
 /// Which launch calls a range claims.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -66,17 +67,17 @@ impl std::str::FromStr for Attribution {
     }
 }
 
-/// One piece of GPU work: an index into [`Trace::kernels`], [`Trace::mem_ops`] or
-/// [`Trace::graph_execs`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GpuOp {
-    Kernel(usize),
-    MemOp(usize),
-    Graph(usize),
+/// For each graph execution, whether it is GPU work of its own: true unless kernels of that
+/// launch were traced too (node tracing), which then stand for it. `traced` holds the (process,
+/// correlation id) of the kernels traced inside graphs.
+pub fn untraced(graph_execs: &[GraphExec], traced: &HashSet<(u32, u64)>) -> Vec<bool> {
+    graph_execs
+        .iter()
+        .map(|g| !traced.contains(&(g.pid, g.correlation_id)))
+        .collect()
 }
 
-/// For each graph execution, whether it is GPU work of its own: true unless the trace also has
-/// the kernels of that launch (node tracing), which then stand for it.
+/// [`untraced`] of a loaded trace's graph executions.
 pub fn untraced_graphs(trace: &Trace) -> Vec<bool> {
     if trace.graph_execs.is_empty() {
         return Vec::new();
@@ -87,11 +88,7 @@ pub fn untraced_graphs(trace: &Trace) -> Vec<bool> {
         .filter(|k| k.graph_node_id.is_some())
         .map(|k| (k.pid, k.correlation_id))
         .collect();
-    trace
-        .graph_execs
-        .iter()
-        .map(|g| !traced.contains(&(g.pid, g.correlation_id)))
-        .collect()
+    untraced(&trace.graph_execs, &traced)
 }
 
 /// Whether a range was recorded on the host (every NVTX range; Kineto's CPU annotations), not as
@@ -111,140 +108,11 @@ pub fn group_name(label: &str) -> &str {
         .map_or(label, |i| &label[..i])
 }
 
-/// GPU work indexed by the (process, correlation id) of the call that launched it.
-pub struct Launches<'a> {
-    trace: &'a Trace,
-    mode: Attribution,
-    /// Sorted by key; one launch call may start several ops (a CUDA graph launch).
-    by_corr: Vec<((u32, u64), GpuOp)>,
-}
-
-impl<'a> Launches<'a> {
-    pub fn new(trace: &'a Trace, mode: Attribution) -> Launches<'a> {
-        let mut by_corr: Vec<((u32, u64), GpuOp)> =
-            Vec::with_capacity(trace.kernels.len() + trace.mem_ops.len());
-        for (i, k) in trace.kernels.iter().enumerate() {
-            by_corr.push(((k.pid, k.correlation_id), GpuOp::Kernel(i)));
-        }
-        for (i, m) in trace.mem_ops.iter().enumerate() {
-            by_corr.push(((m.pid, m.correlation_id), GpuOp::MemOp(i)));
-        }
-        let untraced = untraced_graphs(trace);
-        for (i, g) in trace.graph_execs.iter().enumerate() {
-            if untraced[i] {
-                by_corr.push(((g.pid, g.correlation_id), GpuOp::Graph(i)));
-            }
-        }
-        by_corr.sort_unstable_by_key(|(key, _)| *key);
-        Launches {
-            trace,
-            mode,
-            by_corr,
-        }
-    }
-
-    pub fn mode(&self) -> Attribution {
-        self.mode
-    }
-
-    /// Whether any API call is linked to GPU work (an export without the CUDA API table, or a
-    /// trace without correlation ids, has none, and then no range gets any kernel).
-    pub fn any_linked(&self) -> bool {
-        self.trace
-            .api_calls
-            .iter()
-            .any(|c| c.correlation_id != 0 && !self.ops_of(c.pid, c.correlation_id).is_empty())
-    }
-
-    fn ops_of(&self, pid: u32, corr: u64) -> &[((u32, u64), GpuOp)] {
-        let key = (pid, corr);
-        let lo = self.by_corr.partition_point(|(k, _)| *k < key);
-        let hi = lo + self.by_corr[lo..].partition_point(|(k, _)| *k == key);
-        &self.by_corr[lo..hi]
-    }
-
-    /// Call `f` for each GPU op whose launch call starts inside `range` (both ends included) in
-    /// the range's process, and on its thread in thread mode.
-    pub fn for_each_in(&self, range: &Range, mut f: impl FnMut(GpuOp)) {
-        let calls = &self.trace.api_calls;
-        let lo = calls.partition_point(|c| c.start < range.start);
-        for call in calls[lo..].iter().take_while(|c| c.start <= range.end) {
-            if call.correlation_id == 0 || call.pid != range.pid {
-                continue;
-            }
-            if self.mode == Attribution::Thread && call.tid != range.tid {
-                continue;
-            }
-            for (_, op) in self.ops_of(call.pid, call.correlation_id) {
-                f(*op);
-            }
-        }
-    }
-}
-
-/// One range instance and the GPU work attributed to it.
+/// One range instance that counts.
 #[derive(Clone, Debug)]
 pub struct Instance {
     /// Index into [`Trace::ranges`].
     pub range: usize,
-    /// Index into the measured steps, when steps are in use.
-    pub step: Option<usize>,
-    /// Indices into [`Trace::kernels`].
-    pub kernels: Vec<usize>,
-    /// Indices into [`Trace::mem_ops`].
-    pub mem_ops: Vec<usize>,
-    /// Indices into [`Trace::graph_execs`]: graph executions traced as a whole.
-    pub graphs: Vec<usize>,
-}
-
-impl Instance {
-    pub fn wall(&self, trace: &Trace) -> Nanos {
-        trace.ranges[self.range].duration()
-    }
-
-    /// Every GPU op of the instance as (device, start, end).
-    pub fn spans<'t>(&'t self, trace: &'t Trace) -> impl Iterator<Item = (u32, Nanos, Nanos)> + 't {
-        let kernels = self.kernels.iter().map(|&k| {
-            let k = &trace.kernels[k];
-            (k.device, k.start, k.end)
-        });
-        let mem_ops = self.mem_ops.iter().map(|&m| {
-            let m = &trace.mem_ops[m];
-            (m.device, m.start, m.end)
-        });
-        let graphs = self.graphs.iter().map(|&g| {
-            let g = &trace.graph_execs[g];
-            (g.device, g.start, g.end)
-        });
-        kernels.chain(mem_ops).chain(graphs)
-    }
-
-    /// From the start of the first GPU op to the end of the last one (kernels, memory ops and
-    /// graphs), as `nvtx_gpu_proj_sum` projects a range onto the GPU; `None` when the range
-    /// launched nothing.
-    pub fn projection(&self, trace: &Trace) -> Option<Nanos> {
-        let (mut first, mut last) = (None::<Nanos>, None::<Nanos>);
-        for (_, s, e) in self.spans(trace) {
-            first = Some(first.map_or(s, |f| f.min(s)));
-            last = Some(last.map_or(e, |l| l.max(e)));
-        }
-        Some(last? - first?)
-    }
-
-    /// Per device the instance ran work on, the first start and last end of that work there,
-    /// sorted by device.
-    pub fn windows(&self, trace: &Trace) -> Vec<(u32, Nanos, Nanos)> {
-        let mut by_device: HashMap<u32, (Nanos, Nanos)> = HashMap::new();
-        for (d, s, e) in self.spans(trace) {
-            let w = by_device.entry(d).or_insert((s, e));
-            w.0 = w.0.min(s);
-            w.1 = w.1.max(e);
-        }
-        let mut out: Vec<(u32, Nanos, Nanos)> =
-            by_device.into_iter().map(|(d, (s, e))| (d, s, e)).collect();
-        out.sort_unstable_by_key(|w| w.0);
-        out
-    }
 }
 
 /// The instances of one phase (or of the steps themselves) that count.
@@ -264,31 +132,10 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// Every kernel of every instance (each kernel once).
-    pub fn kernels(&self) -> impl Iterator<Item = usize> + '_ {
-        self.instances
-            .iter()
-            .flat_map(|i| i.kernels.iter().copied())
-    }
-
-    pub fn mem_ops(&self) -> impl Iterator<Item = usize> + '_ {
-        self.instances
-            .iter()
-            .flat_map(|i| i.mem_ops.iter().copied())
-    }
-
-    pub fn graphs(&self) -> impl Iterator<Item = usize> + '_ {
-        self.instances.iter().flat_map(|i| i.graphs.iter().copied())
-    }
-
     pub fn wall(&self, trace: &Trace) -> Nanos {
-        self.instances.iter().map(|i| i.wall(trace)).sum()
-    }
-
-    pub fn projection(&self, trace: &Trace) -> Nanos {
         self.instances
             .iter()
-            .filter_map(|i| i.projection(trace))
+            .map(|i| trace.ranges[i.range].duration())
             .sum()
     }
 }
@@ -313,20 +160,13 @@ fn containing_step(trace: &Trace, steps: &[usize], range: &Range) -> Option<usiz
     })
 }
 
-/// The instances of the host ranges accepted by `matches`, each with the GPU work it launched.
-/// With `steps` non-empty, only instances inside a step count (and the steps are the step ranges
-/// that hold one); with `steps` empty every instance counts and is its own step. A kernel claimed
-/// by an earlier instance (nested ranges of the same name) is not counted again.
-pub fn select(
-    trace: &Trace,
-    launches: &Launches<'_>,
-    steps: &[usize],
-    matches: impl Fn(&Range) -> bool,
-) -> Selection {
+/// The instances of the host ranges accepted by `matches`. With `steps` non-empty, only
+/// instances inside a step count (and the steps are the step ranges that hold one); with `steps`
+/// empty every instance counts and is its own step. Which work each claims is the plan's
+/// ([`super::plan`]): a piece of work launched inside nested ranges of the same name counts once,
+/// for the first instance.
+pub fn select(trace: &Trace, steps: &[usize], matches: impl Fn(&Range) -> bool) -> Selection {
     let mut sel = Selection::default();
-    let mut kernel_seen = vec![false; trace.kernels.len()];
-    let mut mem_seen = vec![false; trace.mem_ops.len()];
-    let mut graph_seen = vec![false; trace.graph_execs.len()];
     let mut step_ids = HashSet::new();
     for (i, range) in trace.ranges.iter().enumerate() {
         if !matches(range) || !is_host_range(trace, range) {
@@ -342,32 +182,10 @@ pub fn select(
                 None => continue,
             }
         };
-        let mut inst = Instance {
-            range: i,
-            step,
-            kernels: Vec::new(),
-            mem_ops: Vec::new(),
-            graphs: Vec::new(),
-        };
-        launches.for_each_in(range, |op| match op {
-            GpuOp::Kernel(k) if !kernel_seen[k] => {
-                kernel_seen[k] = true;
-                inst.kernels.push(k);
-            }
-            GpuOp::MemOp(m) if !mem_seen[m] => {
-                mem_seen[m] = true;
-                inst.mem_ops.push(m);
-            }
-            GpuOp::Graph(g) if !graph_seen[g] => {
-                graph_seen[g] = true;
-                inst.graphs.push(g);
-            }
-            _ => {}
-        });
         if let Some(s) = step {
             step_ids.insert(s);
         }
-        sel.instances.push(inst);
+        sel.instances.push(Instance { range: i });
     }
     sel.instances
         .sort_by_key(|inst| trace.ranges[inst.range].start);

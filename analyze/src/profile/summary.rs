@@ -1,62 +1,16 @@
 //! The sums behind every row of a profile: a phase's (or the measured steps', or the whole
 //! trace's) kernel time by kernel and by class, its GEMM share, memory operations and breakdown,
-//! and each measured step's work on each device. The work to sum comes from [`super::ranges`];
-//! nothing here selects ranges.
+//! laid out as its [`PhaseProfile`]. The work to sum comes from [`super::plan`]; nothing here
+//! selects ranges.
 
 use std::collections::HashMap;
 
 use crate::kernels::class::KernelClass;
 use crate::kernels::label::display_name;
-use crate::model::trace::{MemOpKind, Nanos, StrId, Trace};
+use crate::model::trace::{Nanos, StrId};
 
-use super::breakdown::{Breakdown, Timelines};
-use super::devices::StepBreakdown;
-use super::ranges::Selection;
-use super::{ClassCache, ClassShare, KernelShare, PhaseProfile};
-
-/// What every summary reads besides its own work.
-pub(super) struct Context<'a> {
-    pub(super) trace: &'a Trace,
-    pub(super) timelines: &'a Timelines,
-    pub(super) top: usize,
-}
-
-/// Each step instance on each device it ran work on.
-pub(super) fn step_breakdowns(
-    trace: &Trace,
-    timelines: &Timelines,
-    sel: &Selection,
-) -> Vec<StepBreakdown> {
-    let mut out = Vec::new();
-    for inst in &sel.instances {
-        let range = &trace.ranges[inst.range];
-        for (device, start, end) in inst.windows(trace) {
-            let kernels = inst
-                .kernels
-                .iter()
-                .map(|&k| &trace.kernels[k])
-                .filter(|k| k.device == device)
-                .map(|k| k.duration().0);
-            let graphs = inst
-                .graphs
-                .iter()
-                .map(|&g| &trace.graph_execs[g])
-                .filter(|g| g.device == device)
-                .map(|g| g.duration().0);
-            let durations: Vec<i64> = kernels.chain(graphs).collect();
-            out.push(StepBreakdown {
-                step: trace.name(range.name).to_owned(),
-                process: range.pid,
-                device,
-                start_ns: start.0,
-                kernels: durations.len(),
-                kernel_ns: durations.iter().fold(0i64, |a, &d| a.saturating_add(d)),
-                breakdown: timelines.breakdown(device, start, end),
-            });
-        }
-    }
-    out
-}
+use super::breakdown::Breakdown;
+use super::{ClassShare, KernelShare, PhaseProfile};
 
 pub(super) fn per_step(v: f64, steps: usize) -> Option<f64> {
     (steps > 0).then(|| v / steps as f64)
@@ -73,47 +27,6 @@ pub(super) struct Ranged {
     pub(super) proj: Nanos,
     pub(super) all_ranges: usize,
     pub(super) all_wall: Nanos,
-}
-
-/// The GPU work a summary covers: indices into the trace's kernels, memory ops and graph
-/// executions.
-pub(super) struct Work<'a> {
-    pub(super) kernels: &'a [usize],
-    pub(super) mem_ops: &'a [usize],
-    pub(super) graphs: &'a [usize],
-}
-
-pub(super) fn summarize_selection(
-    ctx: &Context<'_>,
-    cache: &mut ClassCache<'_>,
-    name: &str,
-    sel: &Selection,
-) -> PhaseProfile {
-    let trace = ctx.trace;
-    let kernels: Vec<usize> = sel.kernels().collect();
-    let mem_ops: Vec<usize> = sel.mem_ops().collect();
-    let graphs: Vec<usize> = sel.graphs().collect();
-    let ranged = Ranged {
-        steps: sel.steps,
-        step_ranges: sel.step_ranges,
-        ranges: sel.instances.len(),
-        wall: sel.wall(trace),
-        proj: sel.projection(trace),
-        all_ranges: sel.all_ranges,
-        all_wall: sel.all_wall,
-    };
-    let mut breakdown = Breakdown::default();
-    for inst in &sel.instances {
-        for (device, start, end) in inst.windows(trace) {
-            breakdown.add(&ctx.timelines.breakdown(device, start, end));
-        }
-    }
-    let work = Work {
-        kernels: &kernels,
-        mem_ops: &mem_ops,
-        graphs: &graphs,
-    };
-    summarize(ctx, cache, name, work, Some(ranged), breakdown)
 }
 
 /// What a kernel row groups: a kernel name, or a graph traced as a whole.
@@ -165,47 +78,6 @@ impl Totals {
         }
         self.launches += n;
     }
-
-    pub(super) fn mem_op(&mut self, kind: MemOpKind, d: i64) {
-        match KernelClass::of_mem_op(kind) {
-            KernelClass::Memset => self.memset_ns = self.memset_ns.saturating_add(d),
-            _ => self.memcpy_ns = self.memcpy_ns.saturating_add(d),
-        }
-    }
-}
-
-pub(super) fn summarize(
-    ctx: &Context<'_>,
-    cache: &mut ClassCache<'_>,
-    name: &str,
-    work: Work<'_>,
-    ranged: Option<Ranged>,
-    breakdown: Breakdown,
-) -> PhaseProfile {
-    let trace = ctx.trace;
-    let mut totals = Totals::default();
-    for &k in work.kernels {
-        let k = &trace.kernels[k];
-        totals.add(Item::Kernel(k.name), k.duration().0, 1, || {
-            (
-                trace.name(k.name).to_owned(),
-                trace.name(k.short_name).to_owned(),
-                cache.get(trace, k.name),
-            )
-        });
-    }
-    for &g in work.graphs {
-        let g = &trace.graph_execs[g];
-        totals.add(Item::Graph(g.graph_id), g.duration().0, 1, || {
-            let label = format!("[CUDA graph {}]", g.graph_id);
-            (label.clone(), label, KernelClass::CudaGraph)
-        });
-    }
-    for &m in work.mem_ops {
-        let op = &trace.mem_ops[m];
-        totals.mem_op(op.kind, op.duration().0);
-    }
-    phase_profile(ctx.top, name, totals, ranged, breakdown)
 }
 
 /// A phase's profile from its totals.

@@ -8,7 +8,8 @@ use crate::kernels::class::KernelClass;
 use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
 use crate::render::{Cell, Document, Section, Table};
 
-use super::{per_step, PhaseProfile, Profile};
+use super::summary::per_step;
+use super::{PhaseProfile, Profile};
 
 impl Profile {
     /// The profile as tables: phases, top non-GEMM kernels, time by class, attention, devices.

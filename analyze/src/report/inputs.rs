@@ -12,13 +12,17 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::formats::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
+use crate::formats::limits::Limits;
+use crate::formats::{self, kineto, torch_snapshot, Kind};
 use crate::kernels::class::Classifier;
 use crate::memory::categories::Rules;
 use crate::memory::charts::timeline_chart;
 use crate::memory::summary::{analyze, MemoryOptions};
 use crate::model::trace::Trace;
-use crate::profile::{check_profilable, profile, ProfileOptions};
+use crate::profile::{profile_source, ProfileOptions, PER_CALL, PER_KERNEL};
+use crate::source::export::ExportSource;
+use crate::source::loaded::LoadedSource;
+use crate::source::TraceSource;
 
 use super::bench::{looks_like_bench, parse as parse_bench};
 use super::labels::{label_run, Labelled};
@@ -118,22 +122,29 @@ fn user_label<'a>(labels: &'a [(PathBuf, String)], path: &Path) -> Option<&'a st
         .map(|(_, l)| l.as_str())
 }
 
-fn trace_run(trace: Trace, labelled: Labelled, opts: &LoadOptions<'_>) -> Result<TraceRun> {
-    check_profilable(&trace)?;
+/// The profile of one trace's `source`, whose small tables are `trace`.
+fn trace_run<S: TraceSource>(
+    source: &mut S,
+    trace: Trace,
+    labelled: Labelled,
+    opts: &LoadOptions<'_>,
+) -> Result<TraceRun> {
     let mut popts = opts.profile.clone();
     if popts.head_dim.is_none() {
         popts.head_dim = labelled.head_dim;
     }
-    let profile = profile(&trace, opts.classifier, &popts);
+    let file = trace.source.path.display().to_string();
+    let format = trace.source.format;
+    let (profile, kernels) = profile_source(source, trace, opts.classifier, &popts)?;
     Ok(TraceRun {
         label: labelled.label,
-        file: trace.source.path.display().to_string(),
-        format: trace.source.format,
+        file,
+        format,
         run: labelled.run,
         label_source: labelled.source,
         label_guessed: labelled.guessed,
         head_dim: popts.head_dim,
-        kernels: trace.kernels.len(),
+        kernels,
         profile,
     })
 }
@@ -142,9 +153,20 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
     let name = path.display().to_string();
     let label = user_label(&opts.labels, path);
     let trace = match formats::detect(path)? {
-        Kind::NsysSqlite => nsys_sqlite::read::load(path)?,
-        Kind::NsysSqliteGz => nsys_sqlite::read::load_gz(path)?,
-        Kind::NsysRep => nsys_sqlite::read::load(&nsys_rep::sqlite_for(path)?)?,
+        Kind::NsysSqlite | Kind::NsysSqliteGz | Kind::NsysRep => {
+            // An export streams: its kernels and API calls are never held.
+            let limits = Limits::from_env()?;
+            let Some(mut export) = ExportSource::open(path, &limits, PER_KERNEL, PER_CALL)? else {
+                return Err(Error::Malformed {
+                    path: path.to_owned(),
+                    message: "is not an Nsight Systems export".into(),
+                });
+            };
+            let trace = export.small_tables(true, true)?;
+            let labelled = label_run(&name, Some(&trace.source.run), label);
+            let run = trace_run(&mut export, trace, labelled, opts)?;
+            return Ok(Loaded::Trace(Box::new(run)));
+        }
         Kind::Kineto => {
             let bytes = formats::read_maybe_gzip(path)?;
             if looks_like_bench(&bytes) {
@@ -181,7 +203,9 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
         }
     };
     let labelled = label_run(&name, Some(&trace.source.run), label);
-    trace_run(trace, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
+    let mut source = LoadedSource::new(&trace);
+    let small = source.small_tables(true, true)?;
+    trace_run(&mut source, small, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
 }
 
 /// One line saying what a loaded file is.

@@ -15,6 +15,7 @@ pub mod gather;
 pub mod nvtx_gpu_proj_sum;
 pub mod nvtx_kern_sum;
 pub mod nvtx_sum;
+pub mod samples;
 mod stream;
 pub mod summary;
 
@@ -259,7 +260,7 @@ pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>>
     let needs = needs(reports);
     let ranges = attribution::all_ranges(trace);
     let labels = attribution::Labels::new(trace, &ranges);
-    let enclosure = gather::Enclosure::new(
+    let enclosure = crate::attribution::ranges::Enclosure::new(
         if needs.attribution { &ranges } else { &[] },
         &labels.of_range,
     );

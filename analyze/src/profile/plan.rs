@@ -1,0 +1,597 @@
+//! The profile's plan: which ranges are the measured steps, the phases and the attention ranges
+//! (their instances, from the ranges alone), and for every piece of GPU work, the instance of
+//! each that claims it, summed there as the rows stream by.
+//!
+//! A range claims the work whose launch call starts inside it ([`super::ranges`]). A call's
+//! launch context is its process, thread and the piece of its process's host ranges its start
+//! falls in ([`crate::attribution::ranges::Pieces`]); the calls are indexed by (process,
+//! correlation id) with their context ([`crate::attribution::launches`]), so a kernel finds its
+//! instances in constant time. What is summed per instance, per selection, per (device, process)
+//! pair and for the whole trace is kept per chunk of rows ([`WorkChunk`]) and merged in order
+//! ([`Merged`]); each op's start, end, device, process and kind are kept for the timeline sweep.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::attribution::launches::{CorrRuns, Cursor, LaunchIndex};
+use crate::attribution::ranges::{Pieces, Sets};
+use crate::kernels::class::{Classifier, KernelClass};
+use crate::model::trace::{MemOpKind, Nanos, StrId, Trace};
+use crate::source::KernelTexts;
+use crate::stats::attribution::FastMap;
+
+use super::breakdown::{COMMUNICATION, COMPUTE, GRAPH, KINDS, MEMCPY, MEMSET};
+use super::devices::Pair;
+use super::ranges::{find_steps, group_name, is_host_range, select, Selection};
+use super::summary::{Item, Totals};
+use super::sweep::{Op, PID_BITS};
+use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER_STEPS};
+
+/// No instance.
+pub(super) const NONE: u32 = u32::MAX;
+
+/// The host ranges of each process, cut into pieces: the context of a call is its process,
+/// thread and the piece its start falls in.
+pub(super) struct Ranges {
+    pub(super) pieces: FastMap<u32, Pieces>,
+    pub(super) sets: Sets,
+    pub(super) none: Pieces,
+}
+
+impl Ranges {
+    pub(super) fn new(trace: &Trace) -> Ranges {
+        let mut members: FastMap<u32, Vec<u32>> = FastMap::default();
+        for (i, r) in trace.ranges.iter().enumerate() {
+            if is_host_range(trace, r) {
+                members.entry(r.pid).or_default().push(i as u32);
+            }
+        }
+        let mut sets = Sets::new();
+        let mut keys: Vec<u32> = members.keys().copied().collect();
+        keys.sort_unstable();
+        let pieces = keys
+            .into_iter()
+            .map(|pid| (pid, Pieces::new(&trace.ranges, &members[&pid], &mut sets)))
+            .collect();
+        Ranges {
+            pieces,
+            sets,
+            none: Pieces::new(&trace.ranges, &[], &mut Sets::new()),
+        }
+    }
+
+    /// The chunk's id of the context of a call.
+    #[inline]
+    pub(super) fn context(&self, c: &mut ApiChunk, pid: u32, tid: u32, start: i64) -> u32 {
+        let hint = match c.last {
+            Some((p, h)) if p == pid => h,
+            _ => 0,
+        };
+        let pieces = self.pieces.get(&pid).unwrap_or(&self.none);
+        let piece = pieces.piece(start, hint);
+        c.last = Some((pid, piece));
+        let key = (pid, tid, pieces.sets[piece]);
+        if let Some((k, id)) = c.last_ctx {
+            if k == key {
+                return id;
+            }
+        }
+        let next = c.ctxs.len() as u32;
+        let id = *c.ctx_index.entry(key).or_insert(next);
+        if id == next {
+            c.ctxs.push(key);
+        }
+        c.last_ctx = Some((key, id));
+        id
+    }
+}
+
+/// The API calls of one chunk of rows.
+#[derive(Default)]
+pub(super) struct ApiChunk {
+    pub(super) ctx_index: FastMap<(u32, u32, u32), u32>,
+    /// (process, thread, set of ranges containing the start).
+    pub(super) ctxs: Vec<(u32, u32, u32)>,
+    pub(super) corr: FastMap<u32, CorrRuns>,
+    pub(super) last: Option<(u32, usize)>,
+    pub(super) last_ctx: Option<((u32, u32, u32), u32)>,
+}
+
+/// Kernel classes by the chunk's kernel id, from the texts of the kernels' names.
+pub(super) struct Classes<'a, T> {
+    pub(super) texts: T,
+    pub(super) classifier: &'a Classifier,
+}
+
+impl<T> Classes<'_, T> {
+    pub(super) fn class<N>(
+        &self,
+        classes: &mut Vec<KernelClass>,
+        kid: u32,
+        kids: &[N],
+    ) -> KernelClass
+    where
+        T: KernelTexts<N>,
+    {
+        while classes.len() <= kid as usize {
+            let text = self.texts.text(&kids[classes.len()]);
+            classes.push(self.classifier.classify(&text));
+        }
+        classes[kid as usize]
+    }
+}
+
+/// A piece of GPU work.
+#[derive(Clone, Copy)]
+pub(super) enum What {
+    /// The chunk's kernel id and the kernel's class.
+    Kernel(u32, KernelClass),
+    MemOp(MemOpKind),
+    /// A graph execution traced as a whole, by graph id.
+    Graph(u64),
+}
+
+pub(super) struct Work {
+    pub(super) start: i64,
+    pub(super) end: i64,
+    pub(super) device: u32,
+    pub(super) pid: u32,
+    pub(super) corr: u64,
+    pub(super) what: What,
+}
+
+/// What one instance's work adds up to.
+#[derive(Clone, Default)]
+pub(super) struct InstanceSums {
+    /// First start and last end of all its work.
+    pub(super) span: Option<(i64, i64)>,
+    /// Per device: first start, last end, kernels (and graphs), their time.
+    pub(super) devices: Vec<(u32, i64, i64, usize, i64)>,
+    /// Kernels only: how many, and their time (plain sum, as the attention figures add).
+    pub(super) kernels: usize,
+    pub(super) kernel_ns: i64,
+}
+
+impl InstanceSums {
+    fn add(&mut self, w: &Work, end: i64) {
+        let (s, e) = (w.start, end);
+        self.span = Some(self.span.map_or((s, e), |(a, b)| (a.min(s), b.max(e))));
+        let counted = !matches!(w.what, What::MemOp(_));
+        let d = match self.devices.iter_mut().find(|d| d.0 == w.device) {
+            Some(d) => d,
+            None => {
+                self.devices.push((w.device, s, e, 0, 0));
+                self.devices.last_mut().expect("pushed")
+            }
+        };
+        d.1 = d.1.min(s);
+        d.2 = d.2.max(e);
+        if counted {
+            d.3 += 1;
+            d.4 = d.4.saturating_add(e.saturating_sub(s));
+        }
+        if let What::Kernel(..) = w.what {
+            self.kernels += 1;
+            self.kernel_ns = self.kernel_ns.wrapping_add(e.saturating_sub(s));
+        }
+    }
+
+    fn merge(&mut self, o: InstanceSums) {
+        if let Some((s, e)) = o.span {
+            self.span = Some(self.span.map_or((s, e), |(a, b)| (a.min(s), b.max(e))));
+        }
+        for d in o.devices {
+            match self.devices.iter_mut().find(|x| x.0 == d.0) {
+                Some(x) => {
+                    x.1 = x.1.min(d.1);
+                    x.2 = x.2.max(d.2);
+                    x.3 += d.3;
+                    x.4 = x.4.saturating_add(d.4);
+                }
+                None => self.devices.push(d),
+            }
+        }
+        self.kernels += o.kernels;
+        self.kernel_ns = self.kernel_ns.wrapping_add(o.kernel_ns);
+    }
+}
+
+/// The sums of some work, by the chunk's kernel ids.
+#[derive(Clone, Default)]
+pub(super) struct Sums {
+    /// Per kernel id: time and launches.
+    pub(super) kernels: Vec<(i64, usize)>,
+    /// Per graph id (in the order met): time and launches.
+    pub(super) graphs: Vec<(u64, i64, usize)>,
+    pub(super) memcpy_ns: i64,
+    pub(super) memset_ns: i64,
+}
+
+impl Sums {
+    fn add(&mut self, w: &Work, end: i64) {
+        let d = end.saturating_sub(w.start);
+        match w.what {
+            What::Kernel(kid, _) => {
+                if self.kernels.len() <= kid as usize {
+                    self.kernels.resize(kid as usize + 1, (0, 0));
+                }
+                let e = &mut self.kernels[kid as usize];
+                e.0 = e.0.saturating_add(d);
+                e.1 += 1;
+            }
+            What::Graph(id) => match self.graphs.iter_mut().find(|g| g.0 == id) {
+                Some(g) => {
+                    g.1 = g.1.saturating_add(d);
+                    g.2 += 1;
+                }
+                None => self.graphs.push((id, d, 1)),
+            },
+            What::MemOp(kind) => match KernelClass::of_mem_op(kind) {
+                KernelClass::Memset => self.memset_ns = self.memset_ns.saturating_add(d),
+                _ => self.memcpy_ns = self.memcpy_ns.saturating_add(d),
+            },
+        }
+    }
+}
+
+/// The work of one chunk of rows.
+pub(super) struct WorkChunk<N> {
+    /// Kernels by the pair of ids that names them, and any others by their names.
+    pub(super) id_index: FastMap<(i64, i64), u32>,
+    pub(super) kid_index: FastMap<N, u32>,
+    pub(super) kids: Vec<N>,
+    pub(super) classes: Vec<KernelClass>,
+    pub(super) cursor: Cursor,
+    pub(super) scratch: Vec<u32>,
+    /// Per selection: per instance, its sums; the selection's sums; the last instance met.
+    pub(super) instances: Vec<FastMap<u32, InstanceSums>>,
+    pub(super) selections: Vec<Sums>,
+    pub(super) last_instance: Vec<Option<u32>>,
+    pub(super) whole: Sums,
+    pub(super) pairs: BTreeMap<(u32, u32), Pair>,
+    /// The pair last met and its sums so far (added to `pairs` when another comes).
+    pub(super) pair: Option<((u32, u32), Pair)>,
+    pub(super) ops: Vec<Op>,
+    /// Kernel rows read, kept or not.
+    pub(super) kernels: usize,
+    pub(super) any_linked: bool,
+    pub(super) traced_graphs: HashSet<(u32, u64)>,
+}
+
+impl<N> Default for WorkChunk<N> {
+    fn default() -> WorkChunk<N> {
+        WorkChunk {
+            id_index: FastMap::default(),
+            kid_index: FastMap::default(),
+            kids: Vec::new(),
+            classes: Vec::new(),
+            cursor: Cursor::default(),
+            scratch: Vec::new(),
+            instances: Vec::new(),
+            selections: Vec::new(),
+            last_instance: Vec::new(),
+            whole: Sums::default(),
+            pairs: BTreeMap::new(),
+            pair: None,
+            ops: Vec::new(),
+            kernels: 0,
+            any_linked: false,
+            traced_graphs: HashSet::new(),
+        }
+    }
+}
+
+impl<N: Clone + Eq + std::hash::Hash> WorkChunk<N> {
+    /// The chunk's id of a kernel's names; `key`, where the source has one, is a pair of ids
+    /// that names the kernel, cheaper to hash than the names.
+    pub(super) fn kid(&mut self, names: &N, key: Option<(i64, i64)>) -> u32 {
+        if let Some(key) = key {
+            let next = self.kids.len() as u32;
+            let k = *self.id_index.entry(key).or_insert(next);
+            if k == next {
+                self.kids.push(names.clone());
+            }
+            return k;
+        }
+        if let Some(&k) = self.kid_index.get(names) {
+            return k;
+        }
+        let k = self.kids.len() as u32;
+        self.kids.push(names.clone());
+        self.kid_index.insert(names.clone(), k);
+        k
+    }
+}
+
+/// One selection: its instances (from the ranges), and which instance claims each context.
+pub(super) struct Selected {
+    pub(super) sel: Selection,
+    /// The instance of each context, or [`NONE`].
+    pub(super) of_ctx: Vec<u32>,
+}
+
+/// What to select and sum: the steps, the phases, the attention ranges.
+pub(super) struct Plan {
+    pub(super) step_pattern: String,
+    pub(super) steps: Vec<usize>,
+    /// Selection 0 is the steps (when there are any); then the phases found; then the three
+    /// attention ranges.
+    pub(super) selections: Vec<Selected>,
+    pub(super) step_sel: Option<usize>,
+    /// (position in the options' phases, phase name, selection) for each phase with instances.
+    pub(super) phases: Vec<(usize, String, usize)>,
+    /// Phases without instances, with the note that says why, in order.
+    pub(super) phase_notes: Vec<(usize, String)>,
+    pub(super) attention: [Option<usize>; 3],
+}
+
+impl Plan {
+    pub(super) fn new(
+        trace: &Trace,
+        opts: &ProfileOptions,
+        ranges: &Ranges,
+        ctxs: &[(u32, u32, u32)],
+    ) -> Plan {
+        let mut step_pattern = opts.steps.as_str().to_owned();
+        let mut step_names = names_matching(trace, |n| opts.steps.is_match(n));
+        if step_names.is_empty() && step_pattern == DEFAULT_STEPS {
+            let profiler = regex::Regex::new(PROFILER_STEPS).expect("valid");
+            let found = names_matching(trace, |n| profiler.is_match(n));
+            if !find_steps(trace, |r| found.contains(&r.name)).is_empty() {
+                step_pattern = PROFILER_STEPS.to_owned();
+                step_names = found;
+            }
+        }
+        let steps = find_steps(trace, |r| step_names.contains(&r.name));
+        let mut sels = Vec::new();
+        let step_sel = (!steps.is_empty()).then(|| {
+            sels.push(select(trace, &[], |r| step_names.contains(&r.name)));
+            0
+        });
+        let mut phases = Vec::new();
+        let mut phase_notes = Vec::new();
+        for (i, name) in opts.phases.iter().enumerate() {
+            let ids = names_matching(trace, |n| n == name || group_name(n) == name);
+            if ids.is_empty() {
+                if !trace.ranges.is_empty() || trace.strings.lookup(name).is_some() {
+                    phase_notes.push((i, format!("phase `{name}`: no NVTX range of that name")));
+                }
+                continue;
+            }
+            let sel = select(trace, &steps, |r| ids.contains(&r.name));
+            if sel.all_ranges == 0 {
+                phase_notes.push((i, format!("phase `{name}`: no NVTX range of that name")));
+                continue;
+            }
+            if sel.instances.is_empty() {
+                phase_notes.push((
+                    i,
+                    format!(
+                        "phase `{name}`: {} range(s), none inside a measured step",
+                        sel.all_ranges
+                    ),
+                ));
+                continue;
+            }
+            phases.push((i, name.clone(), sels.len()));
+            sels.push(sel);
+        }
+        let mut attention = [None; 3];
+        for (i, name) in opts.attention.iter().enumerate() {
+            let sel = match trace.strings.lookup(name) {
+                Some(id) => select(trace, &steps, |r| r.name == id),
+                None => Selection::default(),
+            };
+            attention[i] = Some(sels.len());
+            sels.push(sel);
+        }
+        let selections = sels
+            .into_iter()
+            .map(|sel| {
+                // Instances by range, and for each context the first instance (in range order)
+                // whose range holds the call's start, in its process (and thread).
+                let mut by_range: FastMap<u32, u32> = FastMap::default();
+                for (i, inst) in sel.instances.iter().enumerate() {
+                    by_range.insert(inst.range as u32, i as u32);
+                }
+                let of_ctx = ctxs
+                    .iter()
+                    .map(|&(_, tid, set)| {
+                        ranges
+                            .sets
+                            .get(set)
+                            .iter()
+                            .filter(|&&r| {
+                                opts.attribution == Attribution::Process
+                                    || trace.ranges[r as usize].tid == tid
+                            })
+                            .filter_map(|r| by_range.get(r).map(|&i| (*r, i)))
+                            .min()
+                            .map_or(NONE, |(_, i)| i)
+                    })
+                    .collect();
+                Selected { sel, of_ctx }
+            })
+            .collect();
+        Plan {
+            step_pattern,
+            steps,
+            selections,
+            step_sel,
+            phases,
+            phase_notes,
+            attention,
+        }
+    }
+
+    /// Attribute one piece of work and add it up everywhere it counts.
+    pub(super) fn work<N>(&self, c: &mut WorkChunk<N>, launches: &LaunchIndex, w: Work) {
+        let end = w.end.max(w.start);
+        if c.instances.len() < self.selections.len() {
+            c.instances
+                .resize_with(self.selections.len(), FastMap::default);
+            c.selections
+                .resize_with(self.selections.len(), Sums::default);
+            c.last_instance.resize(self.selections.len(), None);
+        }
+        // The launch calls' contexts (none for an id of 0: no call).
+        c.scratch.clear();
+        if w.corr != 0 {
+            let scratch = &mut c.scratch;
+            launches.each(w.pid, w.corr, &mut c.cursor, false, |ctx| scratch.push(ctx));
+        }
+        if !c.scratch.is_empty() {
+            c.any_linked = true;
+        }
+        for (s, sel) in self.selections.iter().enumerate() {
+            let inst = c
+                .scratch
+                .iter()
+                .map(|&ctx| sel.of_ctx[ctx as usize])
+                .min()
+                .unwrap_or(NONE);
+            if inst == NONE {
+                continue;
+            }
+            c.instances[s].entry(inst).or_default().add(&w, end);
+            c.selections[s].add(&w, end);
+        }
+        c.whole.add(&w, end);
+        let key = (w.device, w.pid);
+        if c.pair.as_ref().is_none_or(|p| p.0 != key) {
+            if let Some((k, p)) = c.pair.take() {
+                merge_pair(c.pairs.entry(k).or_default(), &p);
+            }
+            c.pair = Some((key, Pair::default()));
+        }
+        let pair = &mut c.pair.as_mut().expect("set above").1;
+        let d = end.saturating_sub(w.start);
+        match w.what {
+            What::Kernel(_, class) => {
+                pair.kernels += 1;
+                pair.kernel_ns = pair.kernel_ns.saturating_add(d);
+                if class == KernelClass::Communication {
+                    pair.communication_ns = pair.communication_ns.saturating_add(d);
+                }
+            }
+            What::Graph(_) => {
+                pair.kernels += 1;
+                pair.kernel_ns = pair.kernel_ns.saturating_add(d);
+                pair.graph_ns = pair.graph_ns.saturating_add(d);
+            }
+            What::MemOp(_) => {}
+        }
+        pair.cover(Nanos(w.start), Nanos(end));
+        if end > w.start {
+            let kind = match w.what {
+                What::Kernel(_, KernelClass::Communication) => COMMUNICATION,
+                What::Kernel(..) => COMPUTE,
+                What::Graph(_) => GRAPH,
+                What::MemOp(MemOpKind::Memset) => MEMSET,
+                What::MemOp(_) => MEMCPY,
+            };
+            let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0) as u32;
+            c.ops.push(Op {
+                start: w.start,
+                end,
+                device: w.device,
+                pid_kind: (w.pid & ((1 << PID_BITS) - 1)) | (k << PID_BITS),
+            });
+        }
+    }
+}
+
+/// The chunks merged: sums by interned kernel name.
+pub(super) struct Merged {
+    pub(super) instances: Vec<FastMap<u32, InstanceSums>>,
+    pub(super) selections: Vec<Totals>,
+    pub(super) whole: Totals,
+    pub(super) pairs: BTreeMap<(u32, u32), Pair>,
+    /// The kernels' ops in table order, and the others'.
+    pub(super) ops: Vec<Op>,
+    pub(super) rest: Vec<Op>,
+    pub(super) any_linked: bool,
+}
+
+/// Totals of sums whose kernel ids name `names`.
+fn totals(
+    into: &mut Totals,
+    sums: &Sums,
+    names: &[(StrId, StrId)],
+    classes: &[KernelClass],
+    trace_names: &dyn Fn(StrId) -> String,
+) {
+    for (kid, &(d, n)) in sums.kernels.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let (name, short) = names[kid];
+        into.add(Item::Kernel(name), d, n, || {
+            (trace_names(name), trace_names(short), classes[kid])
+        });
+    }
+    for &(id, d, n) in &sums.graphs {
+        into.add(Item::Graph(id), d, n, || {
+            let label = format!("[CUDA graph {id}]");
+            (label.clone(), label, KernelClass::CudaGraph)
+        });
+    }
+    // Launches count kernels and graphs; the memory operations only their time.
+    into.memcpy_ns = into.memcpy_ns.saturating_add(sums.memcpy_ns);
+    into.memset_ns = into.memset_ns.saturating_add(sums.memset_ns);
+}
+
+impl Merged {
+    pub(super) fn new<N>(
+        chunks: Vec<WorkChunk<N>>,
+        names: &[Vec<(StrId, StrId)>],
+        plan: &Plan,
+        trace: &Trace,
+    ) -> Merged {
+        let n = plan.selections.len();
+        let mut m = Merged {
+            instances: vec![FastMap::default(); n],
+            selections: (0..n).map(|_| Totals::default()).collect(),
+            whole: Totals::default(),
+            pairs: BTreeMap::new(),
+            ops: Vec::with_capacity(chunks.iter().map(|c| c.ops.len()).sum()),
+            rest: Vec::new(),
+            any_linked: false,
+        };
+        let text = |id: StrId| trace.name(id).to_owned();
+        let last = chunks.len().saturating_sub(1);
+        for (i, mut c) in chunks.into_iter().enumerate() {
+            m.any_linked |= c.any_linked;
+            if i == last {
+                m.rest.append(&mut c.ops);
+            } else {
+                m.ops.append(&mut c.ops);
+            }
+            for (s, insts) in c.instances.into_iter().enumerate() {
+                for (i, sums) in insts {
+                    m.instances[s].entry(i).or_default().merge(sums);
+                }
+            }
+            for (s, sums) in c.selections.iter().enumerate() {
+                totals(&mut m.selections[s], sums, &names[i], &c.classes, &text);
+            }
+            totals(&mut m.whole, &c.whole, &names[i], &c.classes, &text);
+            if let Some((k, p)) = c.pair.take() {
+                merge_pair(c.pairs.entry(k).or_default(), &p);
+            }
+            for (k, p) in c.pairs {
+                merge_pair(m.pairs.entry(k).or_default(), &p);
+            }
+        }
+        m
+    }
+}
+
+pub(super) fn merge_pair(into: &mut Pair, p: &Pair) {
+    into.kernels += p.kernels;
+    into.kernel_ns = into.kernel_ns.saturating_add(p.kernel_ns);
+    into.communication_ns = into.communication_ns.saturating_add(p.communication_ns);
+    into.graph_ns = into.graph_ns.saturating_add(p.graph_ns);
+    if let (Some(f), Some(l)) = (p.first, p.last) {
+        into.cover(f, l);
+    }
+}

@@ -1,0 +1,261 @@
+//! The timeline sweep: every GPU op, in order of start, swept once per device, cutting the
+//! device's timeline into stretches during which the same kinds of work ran (by the precedence
+//! of [`super::breakdown`]) and adding each stretch to the windows it overlaps: phase instances
+//! and steps on a device, each device's active span, each (device, process) pair's span. The
+//! idle stretches inside the gap windows are kept, the longest few only, as the idle gaps.
+
+use std::collections::BinaryHeap;
+
+use crate::stats::attribution::FastMap;
+
+use super::breakdown::{Breakdown, KINDS};
+
+/// An op as the timeline sweep needs it: its kind (an index into [`KINDS`]) in the top bits of
+/// the process.
+#[derive(Clone, Copy)]
+pub(super) struct Op {
+    pub(super) start: i64,
+    pub(super) end: i64,
+    pub(super) device: u32,
+    pub(super) pid_kind: u32,
+}
+
+pub(super) const PID_BITS: u32 = 24;
+
+impl Op {
+    pub(super) fn pid(&self) -> u32 {
+        self.pid_kind & ((1 << PID_BITS) - 1)
+    }
+    pub(super) fn kind(&self) -> usize {
+        (self.pid_kind >> PID_BITS) as usize
+    }
+}
+
+/// A window of a device's timeline to break down.
+#[derive(Clone, Copy)]
+pub(super) struct Window {
+    pub(super) device: u32,
+    pub(super) start: i64,
+    pub(super) end: i64,
+}
+
+/// The breakdown of every window, and the longest idle stretches inside the gap windows: one
+/// sweep of each device's ops (sorted by device, start, process).
+pub(super) struct Sweep {
+    pub(super) breakdowns: Vec<Breakdown>,
+    /// (start, end, gap window) of the idle stretches kept.
+    pub(super) gaps: Vec<(i64, i64, usize)>,
+}
+
+/// Idle stretches ordered longest first, then earliest, then by window: the worst at the top of
+/// a max-heap.
+#[derive(PartialEq, Eq)]
+struct Stretch(i64, i64, usize);
+
+impl Ord for Stretch {
+    fn cmp(&self, o: &Stretch) -> std::cmp::Ordering {
+        let len = |s: &Stretch| s.1.saturating_sub(s.0);
+        len(o)
+            .cmp(&len(self))
+            .then(self.0.cmp(&o.0))
+            .then(self.2.cmp(&o.2))
+    }
+}
+
+impl PartialOrd for Stretch {
+    fn partial_cmp(&self, o: &Stretch) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// One device's state in the sweep: the kinds running, the ends to come, the time reached, the
+/// windows (by start) and which are open.
+struct DeviceSweep {
+    counts: [i32; KINDS.len()],
+    ends: BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
+    prev: Option<i64>,
+    windows: Vec<usize>,
+    next_window: usize,
+    active: Vec<usize>,
+}
+
+/// Sweep `ops` (both lists sorted by start) device by device, cutting each device's timeline
+/// into segments and adding each segment to the windows it overlaps.
+pub(super) fn sweep(
+    ops: [&[Op]; 2],
+    windows: &[Window],
+    gap_windows: &[usize],
+    top: usize,
+) -> Sweep {
+    let mut breakdowns: Vec<Breakdown> = windows
+        .iter()
+        .map(|w| Breakdown {
+            span_ns: w.end.saturating_sub(w.start),
+            ..Breakdown::default()
+        })
+        .collect();
+    let mut covered = vec![0i64; windows.len()];
+    let mut gap_of = vec![None; windows.len()];
+    for (g, &w) in gap_windows.iter().enumerate() {
+        gap_of[w] = Some(g);
+    }
+    let mut devices: FastMap<u32, DeviceSweep> = FastMap::default();
+    for (i, w) in windows.iter().enumerate() {
+        devices
+            .entry(w.device)
+            .or_insert_with(|| DeviceSweep {
+                counts: [0; KINDS.len()],
+                ends: BinaryHeap::new(),
+                prev: None,
+                windows: Vec::new(),
+                next_window: 0,
+                active: Vec::new(),
+            })
+            .windows
+            .push(i);
+    }
+    for d in devices.values_mut() {
+        d.windows.sort_by_key(|&i| windows[i].start);
+    }
+    let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
+    // One segment [a, b) during which `running` ran on device `d`.
+    let mut feed = |d: &mut DeviceSweep, a: i64, b: i64, running: u8| {
+        while d.next_window < d.windows.len() && windows[d.windows[d.next_window]].start < b {
+            d.active.push(d.windows[d.next_window]);
+            d.next_window += 1;
+        }
+        d.active.retain(|&w| windows[w].end > a);
+        for &w in &d.active {
+            let win = &windows[w];
+            let o = b.min(win.end).saturating_sub(a.max(win.start));
+            if o <= 0 {
+                continue;
+            }
+            if running != 0 {
+                covered[w] = covered[w].saturating_add(o);
+                breakdowns[w].add_running(running, o);
+            } else if let Some(g) = gap_of[w] {
+                // Idle time is what the segments that ran something leave of the window; an idle
+                // stretch is only looked at as a gap.
+                heap.push(Stretch(a.max(win.start), b.min(win.end), g));
+                if heap.len() > top {
+                    heap.pop();
+                }
+            }
+        }
+    };
+    // Advance device `d` to time `t` (exclusive of starts at `t`): the segments up to each end
+    // before it, then up to `t`.
+    fn running(counts: &[i32; KINDS.len()]) -> u8 {
+        counts
+            .iter()
+            .zip(KINDS)
+            .filter(|(c, _)| **c > 0)
+            .fold(0u8, |m, (_, k)| m | k)
+    }
+    let mut advance = |d: &mut DeviceSweep, t: Option<i64>| loop {
+        let next_end = d.ends.peek().map(|e| e.0 .0);
+        let at = match (next_end, t) {
+            (Some(e), Some(t)) if e < t => e,
+            (Some(e), None) => e,
+            (_, Some(t)) => t,
+            (None, None) => break,
+        };
+        if let Some(p) = d.prev.filter(|&p| at > p) {
+            let r = running(&d.counts);
+            feed(d, p, at, r);
+        }
+        while d.ends.peek().is_some_and(|e| e.0 .0 == at) {
+            let std::cmp::Reverse((_, kind)) = d.ends.pop().expect("peeked");
+            d.counts[kind] -= 1;
+        }
+        d.prev = Some(at);
+        if Some(at) == t {
+            break;
+        }
+    };
+    let (mut i, mut j) = (0, 0);
+    let [a, b] = ops;
+    let mut last: Option<(u32, DeviceSweep)> = None;
+    loop {
+        let op = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if y.start < x.start => {
+                j += 1;
+                y
+            }
+            (Some(x), _) => {
+                i += 1;
+                x
+            }
+            (None, Some(y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => break,
+        };
+        // The device's state, kept out of the map while its ops come in a row.
+        if last.as_ref().is_none_or(|l| l.0 != op.device) {
+            if let Some((dev, st)) = last.take() {
+                devices.insert(dev, st);
+            }
+            let st = devices.remove(&op.device).unwrap_or_else(|| DeviceSweep {
+                counts: [0; KINDS.len()],
+                ends: BinaryHeap::new(),
+                prev: None,
+                windows: Vec::new(),
+                next_window: 0,
+                active: Vec::new(),
+            });
+            last = Some((op.device, st));
+        }
+        let d = &mut last.as_mut().expect("set above").1;
+        advance(d, Some(op.start));
+        d.counts[op.kind()] += 1;
+        d.ends.push(std::cmp::Reverse((op.end, op.kind())));
+    }
+    if let Some((dev, st)) = last.take() {
+        devices.insert(dev, st);
+    }
+    for d in devices.values_mut() {
+        advance(d, None);
+    }
+    for (w, b) in breakdowns.iter_mut().enumerate() {
+        b.idle_ns = b
+            .idle_ns
+            .saturating_add(b.span_ns.saturating_sub(covered[w]));
+    }
+    let mut gaps: Vec<(i64, i64, usize)> = heap.into_iter().map(|s| (s.0, s.1, s.2)).collect();
+    let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
+    gaps.sort_unstable_by(|a, b| {
+        length(b)
+            .cmp(&length(a))
+            .then(a.0.cmp(&b.0))
+            .then(a.2.cmp(&b.2))
+    });
+    Sweep { breakdowns, gaps }
+}
+
+/// The process of the first op that starts on `device` at or after `t` (the least process among
+/// ops starting then); `ops` sorted by start.
+pub(super) fn next_process(ops: [&[Op]; 2], device: u32, t: i64) -> Option<u32> {
+    let mut best: Option<(i64, u32)> = None;
+    for list in ops {
+        let i = list.partition_point(|o| o.start < t);
+        let first = list[i..].iter().find(|o| o.device == device);
+        if let Some(f) = first {
+            let pid = list[i..]
+                .iter()
+                .skip_while(|o| o.start < f.start)
+                .take_while(|o| o.start == f.start)
+                .filter(|o| o.device == device)
+                .map(Op::pid)
+                .min()
+                .unwrap_or(f.pid());
+            best = Some(match best {
+                Some(b) if b <= (f.start, pid) => b,
+                _ => (f.start, pid),
+            });
+        }
+    }
+    best.map(|b| b.1)
+}

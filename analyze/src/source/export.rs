@@ -1,0 +1,246 @@
+//! An Nsight Systems export as a [`TraceSource`]: the small tables load as a [`Trace`] without
+//! kernels or API calls, and the kernel and API tables stream from the file in chunks side by
+//! side ([`Export::scan_api`], [`Export::scan_kernels`]), their names nsys string ids until a
+//! kernel or function is interned. Every row is checked as it passes against the bounds a loaded
+//! trace keeps ([`Bounds`]), and where the API tables' rows start is sampled, so that the calls
+//! in flight at a few times are found later by rowid instead of by another scan.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::attribution::bounds::Bounds;
+use crate::error::{Error, Result};
+use crate::formats::limits::Limits;
+use crate::formats::nsys_sqlite::read::{Export, RawName, StartIndex, StartSamples, Texts};
+use crate::formats::nsys_sqlite::split_global_tid;
+use crate::formats::nsys_sqlite::table::{DRIVER, KERNEL, RUNTIME};
+use crate::model::trace::{StrId, Trace};
+
+use super::{ApiRow, KernelRow, KernelTexts, TraceSource, UNNAMED_KERNEL};
+
+/// An nsys export, streamed.
+pub struct ExportSource {
+    export: Export,
+    path: PathBuf,
+    /// Whether the capture launched CUDA graphs (graph executions, or a `...GraphLaunch` call):
+    /// only then is the graph node column, far into each kernel row, read.
+    graphs: bool,
+    /// What the scans found: the rows' bounds, the longest API call, where the API tables' rows
+    /// start.
+    found: Mutex<Found>,
+}
+
+#[derive(Default)]
+struct Found {
+    api_bounds: Bounds,
+    kernel_bounds: Bounds,
+    longest_call: i64,
+    starts: StartIndex,
+}
+
+/// The texts of an export's kernel names.
+pub struct ExportTexts<'a>(Texts<'a>);
+
+impl KernelTexts<[RawName; 3]> for ExportTexts<'_> {
+    fn text<'n>(&'n self, names: &'n [RawName; 3]) -> Cow<'n, str> {
+        self.0
+            .text(&names[0])
+            .unwrap_or(Cow::Borrowed(UNNAMED_KERNEL))
+    }
+}
+
+impl ExportSource {
+    /// Open `path` for streaming if it is an nsys export; `None` for any other input.
+    pub fn open(
+        path: &Path,
+        limits: &Limits,
+        per_kernel: u64,
+        per_call: u64,
+    ) -> Result<Option<ExportSource>> {
+        let Some(export) = Export::open(path, limits, per_kernel, per_call)? else {
+            return Ok(None);
+        };
+        Ok(Some(ExportSource {
+            export,
+            path: path.to_owned(),
+            graphs: false,
+            found: Mutex::default(),
+        }))
+    }
+
+    /// The export itself, for what only an export has.
+    pub fn export(&mut self) -> &mut Export {
+        &mut self.export
+    }
+}
+
+/// A chunk's state beside the caller's: where its rows start, their bounds, the longest call.
+struct Chunk<S> {
+    state: S,
+    starts: StartSamples,
+    bounds: Bounds,
+    longest: i64,
+}
+
+impl TraceSource for ExportSource {
+    type Names = [RawName; 3];
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn small_tables(&mut self, nvtx: bool, mem_ops: bool) -> Result<Trace> {
+        let trace = self.export.trace_without_work(nvtx, mem_ops)?;
+        self.graphs =
+            !trace.graph_execs.is_empty() || self.export.any_string(|s| s.contains("GraphLaunch"));
+        Ok(trace)
+    }
+
+    fn name_key(names: &[RawName; 3]) -> Option<(i64, i64)> {
+        match names {
+            [RawName::Id(a), RawName::Id(b), RawName::None] => Some((*a, *b)),
+            _ => None,
+        }
+    }
+
+    fn api_rows(&self) -> u64 {
+        self.export.rows(RUNTIME) + self.export.rows(DRIVER)
+    }
+
+    fn scan_api<S: Send>(
+        &self,
+        names: bool,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &ApiRow) + Sync,
+    ) -> Result<Vec<S>> {
+        let chunks = self.export.scan_api(
+            names,
+            || Chunk {
+                state: init(),
+                starts: StartSamples::default(),
+                bounds: Bounds::default(),
+                longest: 0,
+            },
+            |c, r| {
+                let end = c.bounds.span(r.start, r.end);
+                c.longest = c.longest.max(end.saturating_sub(r.start));
+                c.starts.row(&r);
+                let (pid, tid) = split_global_tid(r.global_tid);
+                let api = ApiRow {
+                    start: r.start,
+                    end,
+                    pid,
+                    tid,
+                    correlation_id: r.correlation_id as u64,
+                    name: r.name as u64,
+                };
+                row(&mut c.state, &api);
+                Ok(())
+            },
+        )?;
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut out = Vec::with_capacity(chunks.len());
+        found.api_bounds = Bounds::default();
+        for c in chunks {
+            found.api_bounds.add(&c.bounds);
+            found.longest_call = found.longest_call.max(c.longest);
+            starts.push(c.starts);
+            out.push(c.state);
+        }
+        found.starts = StartIndex::new(starts);
+        Ok(out)
+    }
+
+    fn scan_kernels<S: Send>(
+        &self,
+        mangled: bool,
+        graph_node: bool,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &KernelRow<'_, [RawName; 3]>) + Sync,
+    ) -> Result<Vec<S>> {
+        let chunks = self.export.scan_kernels(
+            mangled,
+            graph_node && self.graphs,
+            || (init(), Bounds::default()),
+            |(s, bounds), k| {
+                let end = bounds.span(k.start, k.end);
+                let kernel = KernelRow {
+                    start: k.start,
+                    end,
+                    device: k.device as u32,
+                    pid: split_global_tid(k.global_pid).0,
+                    correlation_id: k.correlation_id as u64,
+                    names: &k.names,
+                    graph_node: k.graph_node,
+                };
+                row(s, &kernel);
+                Ok(())
+            },
+        )?;
+        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        found.kernel_bounds = Bounds::default();
+        Ok(chunks
+            .into_iter()
+            .map(|(s, b)| {
+                found.kernel_bounds.add(&b);
+                s
+            })
+            .collect())
+    }
+
+    fn check_bounds(&self) -> Result<()> {
+        // In the order a loaded trace checks them.
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        for (bounds, what) in [
+            (&found.kernel_bounds, "kernels"),
+            (&found.api_bounds, "CUDA API calls"),
+        ] {
+            if let Some(message) = bounds.error(what) {
+                return Err(Error::Malformed {
+                    path: self.path.clone(),
+                    message,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn has_kernel_table(&self) -> bool {
+        self.export.has(KERNEL)
+    }
+
+    type Texts<'t> = ExportTexts<'t>;
+
+    fn texts(&self) -> ExportTexts<'_> {
+        ExportTexts(self.export.texts())
+    }
+
+    fn intern_kernels(&mut self, trace: &mut Trace, names: &[[RawName; 3]]) -> Vec<(StrId, StrId)> {
+        self.export.with_names(trace, |export| {
+            names
+                .iter()
+                .map(|raw| {
+                    let name = match export.raw_name(&raw[0]) {
+                        Some(n) => n,
+                        None => export.intern(UNNAMED_KERNEL),
+                    };
+                    (name, export.raw_name(&raw[1]).unwrap_or(name))
+                })
+                .collect()
+        })
+    }
+
+    fn api_name(&mut self, trace: &mut Trace, key: u64) -> StrId {
+        self.export
+            .with_names(trace, |export| export.name(key as i64))
+    }
+
+    fn calls_at(&self, queries: &[(u32, i64)]) -> Result<HashMap<(u32, i64), Option<String>>> {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        self.export
+            .calls_at(queries, found.longest_call, &found.starts)
+    }
+}

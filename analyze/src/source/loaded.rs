@@ -1,0 +1,189 @@
+//! A [`Trace`] in memory as a [`TraceSource`]: a Kineto trace, a `.nsys-rep` or export loaded
+//! whole, a trace a test built. Its kernels and API calls are handed over as the rows an export
+//! streams, in chunks side by side; their names are already interned, so a kernel's names are
+//! its (name, short name) ids.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::formats::nsys_sqlite::table::KERNEL;
+use crate::model::trace::{StrId, Trace};
+
+use super::{ApiRow, KernelRow, KernelTexts, TraceSource};
+
+/// Rows handed to one chunk's state.
+const CHUNK: usize = 1 << 16;
+
+/// The texts of a loaded trace's kernel names: its strings.
+pub struct TraceTexts<'a>(&'a Trace);
+
+impl KernelTexts<(StrId, StrId)> for TraceTexts<'_> {
+    fn text<'n>(&'n self, names: &'n (StrId, StrId)) -> Cow<'n, str> {
+        Cow::Borrowed(self.0.name(names.0))
+    }
+}
+
+/// A loaded trace.
+pub struct LoadedSource<'a> {
+    trace: &'a Trace,
+}
+
+impl<'a> LoadedSource<'a> {
+    pub fn new(trace: &'a Trace) -> LoadedSource<'a> {
+        LoadedSource { trace }
+    }
+}
+
+impl TraceSource for LoadedSource<'_> {
+    type Names = (StrId, StrId);
+
+    fn path(&self) -> &Path {
+        &self.trace.source.path
+    }
+
+    fn small_tables(&mut self, nvtx: bool, mem_ops: bool) -> Result<Trace> {
+        let t = self.trace;
+        let (ranges, open_ranges, marks) = if nvtx {
+            (t.ranges.clone(), t.open_ranges.clone(), t.marks.clone())
+        } else {
+            Default::default()
+        };
+        Ok(Trace {
+            source: t.source.clone(),
+            strings: t.strings.clone(),
+            kernels: Vec::new(),
+            api_calls: Vec::new(),
+            ranges,
+            open_ranges,
+            marks,
+            mem_ops: if mem_ops {
+                t.mem_ops.clone()
+            } else {
+                Vec::new()
+            },
+            graph_execs: t.graph_execs.clone(),
+            gpus: t.gpus.clone(),
+            thread_names: t.thread_names.clone(),
+        })
+    }
+
+    fn name_key(names: &(StrId, StrId)) -> Option<(i64, i64)> {
+        Some((names.0 .0 as i64, names.1 .0 as i64))
+    }
+
+    fn api_rows(&self) -> u64 {
+        self.trace.api_calls.len() as u64
+    }
+
+    fn scan_api<S: Send>(
+        &self,
+        names: bool,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &ApiRow) + Sync,
+    ) -> Result<Vec<S>> {
+        Ok(self
+            .trace
+            .api_calls
+            .par_chunks(CHUNK)
+            .map(|calls| {
+                let mut s = init();
+                for c in calls {
+                    let api = ApiRow {
+                        start: c.start.0,
+                        end: c.end.0,
+                        pid: c.pid,
+                        tid: c.tid,
+                        correlation_id: c.correlation_id,
+                        name: if names { c.name.0 as u64 } else { 0 },
+                    };
+                    row(&mut s, &api);
+                }
+                s
+            })
+            .collect())
+    }
+
+    fn scan_kernels<S: Send>(
+        &self,
+        _mangled: bool,
+        graph_node: bool,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &KernelRow<'_, (StrId, StrId)>) + Sync,
+    ) -> Result<Vec<S>> {
+        Ok(self
+            .trace
+            .kernels
+            .par_chunks(CHUNK)
+            .map(|kernels| {
+                let mut s = init();
+                for k in kernels {
+                    let names = (k.name, k.short_name);
+                    let kernel = KernelRow {
+                        start: k.start.0,
+                        end: k.end.0,
+                        device: k.device,
+                        pid: k.pid,
+                        correlation_id: k.correlation_id,
+                        names: &names,
+                        graph_node: k.graph_node_id.filter(|_| graph_node).map(|n| n as i64),
+                    };
+                    row(&mut s, &kernel);
+                }
+                s
+            })
+            .collect())
+    }
+
+    fn check_bounds(&self) -> Result<()> {
+        // A loaded trace was checked as it loaded.
+        Ok(())
+    }
+
+    fn has_kernel_table(&self) -> bool {
+        !self.trace.source.missing.iter().any(|t| t == KERNEL)
+    }
+
+    type Texts<'t>
+        = TraceTexts<'t>
+    where
+        Self: 't;
+
+    fn texts(&self) -> TraceTexts<'_> {
+        TraceTexts(self.trace)
+    }
+
+    fn intern_kernels(
+        &mut self,
+        _trace: &mut Trace,
+        names: &[(StrId, StrId)],
+    ) -> Vec<(StrId, StrId)> {
+        // The small tables carry the trace's own strings: its ids stand.
+        names.to_vec()
+    }
+
+    fn api_name(&mut self, _trace: &mut Trace, key: u64) -> StrId {
+        StrId(key as u32)
+    }
+
+    fn calls_at(&self, queries: &[(u32, i64)]) -> Result<HashMap<(u32, i64), Option<String>>> {
+        let calls = &self.trace.api_calls;
+        let longest = calls.iter().map(|c| c.duration().0).max().unwrap_or(0);
+        Ok(queries
+            .iter()
+            .map(|&(pid, t)| {
+                let hi = calls.partition_point(|c| c.start.0 <= t);
+                let lo = calls.partition_point(|c| c.start.0 < t.saturating_sub(longest));
+                let call = calls[lo..hi]
+                    .iter()
+                    .rev()
+                    .find(|c| c.pid == pid && c.end.0 > t)
+                    .map(|c| self.trace.name(c.name).to_owned());
+                ((pid, t), call)
+            })
+            .collect())
+    }
+}
