@@ -2,6 +2,20 @@
 // head-major q, k, v), the causal softmax, and moving heads between head-major [B, H, T, dh] and
 // token-major [B, T, H*dh]. Math in fp32 whatever the storage type.
 
+#include "common.cuh"
+
+// Split `idx` of a token-major walk over [B, T, H, inner] into batch b, token t, head h and
+// position e within the head's `inner` elements (each part in the type of its variable).
+template <typename I, typename J, typename TB, typename TS>
+__device__ __forceinline__ void split_head_index(I idx, J inner, int H, int Tn, TB& b, TS& t, TS& h, TS& e) {
+    e = idx % inner;
+    I rest = idx / inner;
+    h = rest % H;
+    rest /= H;
+    t = rest % Tn;
+    b = rest / Tn;
+}
+
 // cs holds cos and sin for (position t, pair i) at cs[2*(t*dh/2 + i)] and the next element.
 // RoPE rotates interleaved pairs (x[2i], x[2i+1]) by t * theta^(-2i/dh).
 template <typename T>
@@ -9,12 +23,9 @@ __device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, i
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int i = idx % half;
-        i64 rest = idx / half;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, i;
+        split_head_index(idx, half, H, Tn, b, t, h, i);
         i64 src = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
         i64 dst = ((b * H + h) * Tn + t) * dh + 2 * i;
         float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
@@ -37,12 +48,9 @@ __device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int i = idx % half;
-        i64 rest = idx / half;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, i;
+        split_head_index(idx, half, H, Tn, b, t, h, i);
         i64 dst = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
         i64 src = ((b * H + h) * Tn + t) * dh + 2 * i;
         float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
@@ -96,12 +104,9 @@ template <typename T>
 __device__ void heads_to_tokens_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     i64 n = (i64)B * Tn * H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int e = idx % dh;
-        i64 rest = idx / dh;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, e;
+        split_head_index(idx, dh, H, Tn, b, t, h, e);
         dst[idx] = src[((b * H + h) * Tn + t) * dh + e];
     }
 }
@@ -110,12 +115,9 @@ template <typename T>
 __device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     i64 n = (i64)B * Tn * H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int e = idx % dh;
-        i64 rest = idx / dh;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, e;
+        split_head_index(idx, dh, H, Tn, b, t, h, e);
         dst[((b * H + h) * Tn + t) * dh + e] = src[idx];
     }
 }
@@ -138,40 +140,52 @@ FOR_ACT_TYPES(ATTENTION_KERNELS)
 // aligned), the buffers 16-byte aligned, B * T * H * d_head under 2^31. One thread per vector
 // in token-major order, 32-bit index arithmetic; the rotation is the scalar kernels' own
 // arithmetic, so the results are the same bits.
+// cos and sin of the N / 2 pairs from element e0 of token t's head (see `cs` above).
+template <int N>
+__device__ __forceinline__ void load_cos_sin(const float* cs, unsigned t, unsigned half, unsigned e0, float (&r)[N]) {
+    const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+        float4 p = *reinterpret_cast<const float4*>(c + i);
+        r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
+    }
+}
+
+// y = the pairs of x rotated by the angles whose cos and sin r holds, or by their negatives
+// (INVERSE: the transpose, for the backward); the scalar kernels' arithmetic, term for term.
+template <bool INVERSE, int N>
+__device__ __forceinline__ void rope_rotate(const float (&x)[N], const float (&r)[N], float (&y)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+        float co = r[i], si = r[i + 1];
+        if (INVERSE) {
+            y[i] = x[i] * co + x[i + 1] * si;
+            y[i + 1] = x[i + 1] * co - x[i] * si;
+        } else {
+            y[i] = x[i] * co - x[i + 1] * si;
+            y[i + 1] = x[i] * si + x[i + 1] * co;
+        }
+    }
+}
+
 template <typename T>
 __device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
+        unsigned b, t, h, e0;
+        split_head_index(idx, nv, H, Tn, b, t, h, e0);
+        e0 *= N;
         i64 src = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
         i64 dst = (((i64)b * H + h) * Tn + t) * dh + e0;
-        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
         float x[N], y[N], r[N];
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            float4 p = *reinterpret_cast<const float4*>(c + i);
-            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
-        }
+        load_cos_sin<N>(cs, t, half, e0, r);
         load_vec16(qkv + src, x);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = x[i] * co - x[i + 1] * si;
-            y[i + 1] = x[i] * si + x[i + 1] * co;
-        }
+        rope_rotate<false>(x, r, y);
         store_vec16(q + dst, y);
         load_vec16(qkv + src + D, x);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = x[i] * co - x[i + 1] * si;
-            y[i + 1] = x[i] * si + x[i + 1] * co;
-        }
+        rope_rotate<false>(x, r, y);
         store_vec16(k + dst, y);
         *reinterpret_cast<uint4*>(v + dst) = *reinterpret_cast<const uint4*>(qkv + src + 2 * D);
     }
@@ -183,34 +197,18 @@ __device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const f
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
+        unsigned b, t, h, e0;
+        split_head_index(idx, nv, H, Tn, b, t, h, e0);
+        e0 *= N;
         i64 dst = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
         i64 src = (((i64)b * H + h) * Tn + t) * dh + e0;
-        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
         float g[N], y[N], r[N];
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            float4 p = *reinterpret_cast<const float4*>(c + i);
-            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
-        }
+        load_cos_sin<N>(cs, t, half, e0, r);
         load_vec16(dq + src, g);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = g[i] * co + g[i + 1] * si;
-            y[i + 1] = g[i + 1] * co - g[i] * si;
-        }
+        rope_rotate<true>(g, r, y);
         store_vec16(dqkv + dst, y);
         load_vec16(dk + src, g);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = g[i] * co + g[i + 1] * si;
-            y[i + 1] = g[i + 1] * co - g[i] * si;
-        }
+        rope_rotate<true>(g, r, y);
         store_vec16(dqkv + dst + D, y);
         *reinterpret_cast<uint4*>(dqkv + dst + 2 * D) = *reinterpret_cast<const uint4*>(dv + src);
     }
@@ -222,10 +220,9 @@ __device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, 
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
+        unsigned b, t, h, e0;
+        split_head_index(idx, nv, H, Tn, b, t, h, e0);
+        e0 *= N;
         i64 tok = (i64)idx * N;
         i64 head = (((i64)b * H + h) * Tn + t) * dh + e0;
         if (to_tokens)
