@@ -237,11 +237,9 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                     const unsigned off = b_lane + toff<D>(np * 16, kk * 2);
                     unsigned b[4];
                     ldmatrix_x4(b, sQb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) mma_bf16_16816_x2(s[mk][2 * np], s[mk][2 * np + 1], ka[mk], b);
+                    mma_bf16_16816_x2_m(s, np, ka, b);
                     ldmatrix_x4(b, sdOb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) mma_bf16_16816_x2(dp[mk][2 * np], dp[mk][2 * np + 1], va[mk], b);
+                    mma_bf16_16816_x2_m(dp, np, va, b);
                 }
             };
             if constexpr (KVREG) {
@@ -292,11 +290,9 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                     const unsigned off = a_lane + toff<D>(kq * 16, np * 2);
                     unsigned b[4];
                     ldmatrix_x4_trans(b, sdOb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) mma_bf16_16816_x2(dv_acc[mk][2 * np], dv_acc[mk][2 * np + 1], pa[mk], b);
+                    mma_bf16_16816_x2_m(dv_acc, np, pa, b);
                     ldmatrix_x4_trans(b, sQb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) mma_bf16_16816_x2(dk_acc[mk][2 * np], dk_acc[mk][2 * np + 1], da[mk], b);
+                    mma_bf16_16816_x2_m(dk_acc, np, da, b);
                 }
             }
         }

@@ -175,8 +175,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                 for (int np = 0; np < NC / 2; ++np) {
                     unsigned b[4];
                     ldmatrix_x4(b, sKb + b_lane + toff<D>(np * 16, kk * 2));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) mma_bf16_16816_x2(s[mt][2 * np], s[mt][2 * np + 1], qa[mt], b);
+                    mma_bf16_16816_x2_m(s, np, qa, b);
                 }
             };
             if constexpr (QREG) {
@@ -248,8 +247,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                 for (int dp = 0; dp < ND / 2; ++dp) {
                     unsigned b[4];
                     ldmatrix_x4_trans(b, sVb + a_lane + toff<D>(kc * 16, dp * 2));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) mma_bf16_16816_x2(acc[mt][2 * dp], acc[mt][2 * dp + 1], pa[mt], b);
+                    mma_bf16_16816_x2_m(acc, dp, pa, b);
                 }
             }
         }

@@ -69,6 +69,15 @@ __device__ __forceinline__ void mma_bf16_16816_x2(float (&d0)[4], float (&d1)[4]
     mma_bf16_16816(d1, a, b[2], b[3]);
 }
 
+// The same for every m-tile m: acc[m][2np] and acc[m][2np + 1] += a[m] * b, one B load feeding
+// the M A fragments of a warp.
+template <int M, int N>
+__device__ __forceinline__ void mma_bf16_16816_x2_m(float (&acc)[M][N][4], int np, const unsigned (&a)[M][4],
+                                                    const unsigned (&b)[4]) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) mma_bf16_16816_x2(acc[m][2 * np], acc[m][2 * np + 1], a[m], b);
+}
+
 // The fp32 accumulators of two adjacent 16x8 n-tiles (columns 16k..16k+15) as the bf16 A fragment
 // of k-step k: the accumulator and A-fragment layouts coincide (see tensor_core.cuh).
 __device__ __forceinline__ void pack_a_frag(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
