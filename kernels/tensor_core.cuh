@@ -42,28 +42,22 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ void ldmatrix_x1(unsigned (&r)[1], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x1_trans(unsigned (&r)[1], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(unsigned (&r)[2], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
+// ldmatrix_x<N>[_trans](r, addr): N 8x8 matrices into r[0 .. N-1] (addr is operand %N).
+#define LDMATRIX(NAME, N, TRANS, REGS, OUTS)                                                             \
+    __device__ __forceinline__ void NAME(unsigned (&r)[N], unsigned addr) {                                \
+        asm volatile("ldmatrix.sync.aligned.m8n8.x" #N TRANS ".shared.b16 {" REGS "}, [%" #N "];\n"          \
+                     : OUTS                                                                                \
+                     : "r"(addr));                                                                         \
+    }
+#define LDMATRIX_OUT1 "=r"(r[0])
+#define LDMATRIX_OUT2 LDMATRIX_OUT1, "=r"(r[1])
+#define LDMATRIX_OUT4 LDMATRIX_OUT2, "=r"(r[2]), "=r"(r[3])
+LDMATRIX(ldmatrix_x1, 1, "", "%0", LDMATRIX_OUT1)
+LDMATRIX(ldmatrix_x2, 2, "", "%0, %1", LDMATRIX_OUT2)
+LDMATRIX(ldmatrix_x4, 4, "", "%0, %1, %2, %3", LDMATRIX_OUT4)
+LDMATRIX(ldmatrix_x1_trans, 1, ".trans", "%0", LDMATRIX_OUT1)
+LDMATRIX(ldmatrix_x2_trans, 2, ".trans", "%0, %1", LDMATRIX_OUT2)
+LDMATRIX(ldmatrix_x4_trans, 4, ".trans", "%0, %1, %2, %3", LDMATRIX_OUT4)
 
 // d += a * b, fp32 accumulation (m16n8k16, bf16 inputs).
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
