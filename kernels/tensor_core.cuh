@@ -163,15 +163,16 @@ __device__ void wgmma_ss_bf16_ta_tb(float (&d)[N / 2], unsigned long long a_desc
 #define WGMMA_R32 WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define WGMMA_R64 WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
-// D(64xN) (+)= A(smem) * B(smem), both K-major; operands a_desc %A0, b_desc %A1, scale_d %A2.
-#define WGMMA_SS(N, D, R, A0, A1, A2)                                                                      \
+// D(64xN) (+)= A(smem) * B(smem) as NAME<N>; operands a_desc %A0, b_desc %A1, scale_d %A2. TRANS:
+// the transpose bits of A and B ("0, 0": both K-major; "1, 1": A M-major, B N-major).
+#define WGMMA_SS(NAME, TRANS, N, D, R, A0, A1, A2)                                                         \
     template <>                                                                                            \
-    __device__ __forceinline__ void wgmma_ss_bf16<N>(float (&d)[N / 2], unsigned long long a_desc,         \
-                                                     unsigned long long b_desc, int scale_d) {             \
+    __device__ __forceinline__ void NAME<N>(float (&d)[N / 2], unsigned long long a_desc,                  \
+                                            unsigned long long b_desc, int scale_d) {                      \
         asm volatile(                                                                                      \
             "{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
             "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                                     \
-            "{" R "}, %" #A0 ", %" #A1 ", p, 1, 1, 0, 0;\n}\n"                                               \
+            "{" R "}, %" #A0 ", %" #A1 ", p, 1, 1, " TRANS ";\n}\n"                                          \
             : D(0)                                                                                         \
             : "l"(a_desc), "l"(b_desc), "r"(scale_d));                                                     \
     }
@@ -187,31 +188,19 @@ __device__ void wgmma_ss_bf16_ta_tb(float (&d)[N / 2], unsigned long long a_desc
             : D(0)                                                                                         \
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));                       \
     }
-// D(64xN) (+)= A(smem, M-major) * B(smem, N-major); operands as WGMMA_SS.
-#define WGMMA_SS_TA_TB(N, D, R, A0, A1, A2)                                                                \
-    template <>                                                                                            \
-    __device__ __forceinline__ void wgmma_ss_bf16_ta_tb<N>(float (&d)[N / 2], unsigned long long a_desc,   \
-                                                           unsigned long long b_desc, int scale_d) {       \
-        asm volatile(                                                                                      \
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
-            "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                                     \
-            "{" R "}, %" #A0 ", %" #A1 ", p, 1, 1, 1, 1;\n}\n"                                               \
-            : D(0)                                                                                         \
-            : "l"(a_desc), "l"(b_desc), "r"(scale_d));                                                     \
-    }
 
-WGMMA_SS(16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
-WGMMA_SS(32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
-WGMMA_SS(64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
-WGMMA_SS(128, WGMMA_D64, WGMMA_R64, 64, 65, 66)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 128, WGMMA_D64, WGMMA_R64, 64, 65, 66)
 WGMMA_RS_TB(16, WGMMA_D8, WGMMA_R8, 8, 9, 10, 11, 12, 13)
 WGMMA_RS_TB(32, WGMMA_D16, WGMMA_R16, 16, 17, 18, 19, 20, 21)
 WGMMA_RS_TB(64, WGMMA_D32, WGMMA_R32, 32, 33, 34, 35, 36, 37)
 WGMMA_RS_TB(128, WGMMA_D64, WGMMA_R64, 64, 65, 66, 67, 68, 69)
-WGMMA_SS_TA_TB(8, WGMMA_D4, WGMMA_R4, 4, 5, 6)
-WGMMA_SS_TA_TB(16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
-WGMMA_SS_TA_TB(32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
-WGMMA_SS_TA_TB(64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 8, WGMMA_D4, WGMMA_R4, 4, 5, 6)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
 #endif  // sm_90a
 
 #endif  // TENSOR_CORE_CUH
