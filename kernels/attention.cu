@@ -140,6 +140,26 @@ FOR_ACT_TYPES(ATTENTION_KERNELS)
 // aligned), the buffers 16-byte aligned, B * T * H * d_head under 2^31. One thread per vector
 // in token-major order, 32-bit index arithmetic; the rotation is the scalar kernels' own
 // arithmetic, so the results are the same bits.
+// Where vector `idx` (N elements; token-major order) of a RoPE pass lies: its offset in the
+// [B*T, 3D] QKV projection (the q part; k and v follow at +D and +2D), its offset in a head-major
+// [B, H, T, dh] buffer, its token t and its first element e0 within the head.
+struct RopeVecPos {
+    i64 qkv, head;
+    unsigned t, e0;
+};
+template <int N>
+__device__ __forceinline__ RopeVecPos rope_vec_pos(unsigned idx, unsigned nv, int Tn, int H, int dh, i64 D) {
+    unsigned b, t, h, e0;
+    split_head_index(idx, nv, H, Tn, b, t, h, e0);
+    e0 *= N;
+    RopeVecPos p;
+    p.qkv = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
+    p.head = (((i64)b * H + h) * Tn + t) * dh + e0;
+    p.t = t;
+    p.e0 = e0;
+    return p;
+}
+
 // cos and sin of the N / 2 pairs from element e0 of token t's head (see `cs` above).
 template <int N>
 __device__ __forceinline__ void load_cos_sin(const float* cs, unsigned t, unsigned half, unsigned e0, float (&r)[N]) {
@@ -174,20 +194,16 @@ __device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* 
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned b, t, h, e0;
-        split_head_index(idx, nv, H, Tn, b, t, h, e0);
-        e0 *= N;
-        i64 src = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
-        i64 dst = (((i64)b * H + h) * Tn + t) * dh + e0;
+        const RopeVecPos p = rope_vec_pos<N>(idx, nv, Tn, H, dh, D);
         float x[N], y[N], r[N];
-        load_cos_sin<N>(cs, t, half, e0, r);
-        load_vec16(qkv + src, x);
+        load_cos_sin<N>(cs, p.t, half, p.e0, r);
+        load_vec16(qkv + p.qkv, x);
         rope_rotate<false>(x, r, y);
-        store_vec16(q + dst, y);
-        load_vec16(qkv + src + D, x);
+        store_vec16(q + p.head, y);
+        load_vec16(qkv + p.qkv + D, x);
         rope_rotate<false>(x, r, y);
-        store_vec16(k + dst, y);
-        *reinterpret_cast<uint4*>(v + dst) = *reinterpret_cast<const uint4*>(qkv + src + 2 * D);
+        store_vec16(k + p.head, y);
+        *reinterpret_cast<uint4*>(v + p.head) = *reinterpret_cast<const uint4*>(qkv + p.qkv + 2 * D);
     }
 }
 
@@ -197,20 +213,16 @@ __device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const f
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned b, t, h, e0;
-        split_head_index(idx, nv, H, Tn, b, t, h, e0);
-        e0 *= N;
-        i64 dst = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
-        i64 src = (((i64)b * H + h) * Tn + t) * dh + e0;
+        const RopeVecPos p = rope_vec_pos<N>(idx, nv, Tn, H, dh, D);
         float g[N], y[N], r[N];
-        load_cos_sin<N>(cs, t, half, e0, r);
-        load_vec16(dq + src, g);
+        load_cos_sin<N>(cs, p.t, half, p.e0, r);
+        load_vec16(dq + p.head, g);
         rope_rotate<true>(g, r, y);
-        store_vec16(dqkv + dst, y);
-        load_vec16(dk + src, g);
+        store_vec16(dqkv + p.qkv, y);
+        load_vec16(dk + p.head, g);
         rope_rotate<true>(g, r, y);
-        store_vec16(dqkv + dst + D, y);
-        *reinterpret_cast<uint4*>(dqkv + dst + 2 * D) = *reinterpret_cast<const uint4*>(dv + src);
+        store_vec16(dqkv + p.qkv + D, y);
+        *reinterpret_cast<uint4*>(dqkv + p.qkv + 2 * D) = *reinterpret_cast<const uint4*>(dv + p.head);
     }
 }
 

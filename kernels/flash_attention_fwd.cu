@@ -76,8 +76,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     constexpr unsigned Q_BYTES = Tile<D>::template Bytes<BR>::value, KV_BYTES = Tile<D>::template Bytes<BC>::value;
     static_assert(BC % 16 == 0 && D % 16 == 0, "tile shapes");
 
-    const int n_qt = (seq + BR - 1) / BR;
-    const int qt = n_qt - 1 - (int)blockIdx.y;  // last (most causal work) first
+    const int qt = query_tile(seq, BR);
     if (qt < 0) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -293,8 +292,7 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
     float* Vs = Ks + BN * LD;
     float* Ps = Vs + BN * LD;
 
-    const int n_qt = (seq + BM - 1) / BM;
-    const int qt = n_qt - 1 - (int)blockIdx.y;
+    const int qt = query_tile(seq, BM);
     if (qt < 0) return;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = blockIdx.x, q0 = qt * BM;

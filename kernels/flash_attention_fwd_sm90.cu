@@ -82,8 +82,7 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     constexpr int KD = D / 16, KC = BC / 16; // k-steps: S over D, P V over the keys
     static_assert(BC % 16 == 0 && BC <= 256 && PF >= 1, "tile shapes");
 
-    const int n_qt = (seq + BR - 1) / BR;
-    const int qt = n_qt - 1 - (int)blockIdx.y;  // last (most causal work) first
+    const int qt = query_tile(seq, BR);
     if (qt < 0) return;
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;  // warpgroup, warp within it

@@ -24,6 +24,13 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
+// The query tile (of `rows` rows) of this block of a forward grid (BH, ceil(seq / rows)): the last
+// tile, the one with the most causal work, first; negative for the extra blocks in y.
+__device__ __forceinline__ int query_tile(int seq, int rows) {
+    const int n_qt = (seq + rows - 1) / rows;
+    return n_qt - 1 - (int)blockIdx.y;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Padded bf16 tiles (mma.sync kernels)
 
