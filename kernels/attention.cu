@@ -16,6 +16,29 @@ __device__ __forceinline__ void split_head_index(I idx, J inner, int H, int Tn, 
     b = rest / Tn;
 }
 
+// Where item `idx` of a RoPE pass (items of N elements in token-major order, `per_head` of them
+// a head) lies: its offset in the [B*T, 3D] QKV projection (the q part; k and v follow at +D and
+// +2D), its offset in a head-major [B, H, T, dh] buffer, its token t and its index e within the
+// head (its first element is e * N). TB, TS: the types of the batch index and of the others.
+template <typename TS>
+struct RopePos {
+    i64 qkv, head;
+    TS t, e;
+};
+template <int N, typename TB, typename TS, typename I, typename J>
+__device__ __forceinline__ RopePos<TS> rope_pos(I idx, J per_head, int Tn, int H, int dh, i64 D) {
+    TB b;
+    TS t, h, e;
+    split_head_index(idx, per_head, H, Tn, b, t, h, e);
+    const TS e0 = e * N;
+    RopePos<TS> p;
+    p.qkv = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
+    p.head = (((i64)b * H + h) * Tn + t) * dh + e0;
+    p.t = t;
+    p.e = e;
+    return p;
+}
+
 // cs holds cos and sin for (position t, pair i) at cs[2*(t*dh/2 + i)] and the next element.
 // RoPE rotates interleaved pairs (x[2i], x[2i+1]) by t * theta^(-2i/dh).
 template <typename T>
@@ -23,12 +46,9 @@ __device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, i
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        i64 b;
-        int t, h, i;
-        split_head_index(idx, half, H, Tn, b, t, h, i);
-        i64 src = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
-        i64 dst = ((b * H + h) * Tn + t) * dh + 2 * i;
-        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
+        const i64 src = p.qkv, dst = p.head;
+        float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
         float x1 = ld(qkv, src), x2 = ld(qkv, src + 1);
         st(q, dst, x1 * c - x2 * s);
         st(q, dst + 1, x1 * s + x2 * c);
@@ -48,12 +68,9 @@ __device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        i64 b;
-        int t, h, i;
-        split_head_index(idx, half, H, Tn, b, t, h, i);
-        i64 dst = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
-        i64 src = ((b * H + h) * Tn + t) * dh + 2 * i;
-        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
+        const i64 src = p.head, dst = p.qkv;
+        float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
         float g1 = ld(dq, src), g2 = ld(dq, src + 1);
         st(dqkv, dst, g1 * c + g2 * s);
         st(dqkv, dst + 1, g2 * c - g1 * s);
@@ -140,26 +157,6 @@ FOR_ACT_TYPES(ATTENTION_KERNELS)
 // aligned), the buffers 16-byte aligned, B * T * H * d_head under 2^31. One thread per vector
 // in token-major order, 32-bit index arithmetic; the rotation is the scalar kernels' own
 // arithmetic, so the results are the same bits.
-// Where vector `idx` (N elements; token-major order) of a RoPE pass lies: its offset in the
-// [B*T, 3D] QKV projection (the q part; k and v follow at +D and +2D), its offset in a head-major
-// [B, H, T, dh] buffer, its token t and its first element e0 within the head.
-struct RopeVecPos {
-    i64 qkv, head;
-    unsigned t, e0;
-};
-template <int N>
-__device__ __forceinline__ RopeVecPos rope_vec_pos(unsigned idx, unsigned nv, int Tn, int H, int dh, i64 D) {
-    unsigned b, t, h, e0;
-    split_head_index(idx, nv, H, Tn, b, t, h, e0);
-    e0 *= N;
-    RopeVecPos p;
-    p.qkv = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
-    p.head = (((i64)b * H + h) * Tn + t) * dh + e0;
-    p.t = t;
-    p.e0 = e0;
-    return p;
-}
-
 // cos and sin of the N / 2 pairs from element e0 of token t's head (see `cs` above).
 template <int N>
 __device__ __forceinline__ void load_cos_sin(const float* cs, unsigned t, unsigned half, unsigned e0, float (&r)[N]) {
@@ -194,9 +191,9 @@ __device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* 
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        const RopeVecPos p = rope_vec_pos<N>(idx, nv, Tn, H, dh, D);
+        const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
         float x[N], y[N], r[N];
-        load_cos_sin<N>(cs, p.t, half, p.e0, r);
+        load_cos_sin<N>(cs, p.t, half, p.e * N, r);
         load_vec16(qkv + p.qkv, x);
         rope_rotate<false>(x, r, y);
         store_vec16(q + p.head, y);
@@ -213,9 +210,9 @@ __device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const f
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        const RopeVecPos p = rope_vec_pos<N>(idx, nv, Tn, H, dh, D);
+        const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
         float g[N], y[N], r[N];
-        load_cos_sin<N>(cs, p.t, half, p.e0, r);
+        load_cos_sin<N>(cs, p.t, half, p.e * N, r);
         load_vec16(dq + p.head, g);
         rope_rotate<true>(g, r, y);
         store_vec16(dqkv + p.qkv, y);
