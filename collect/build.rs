@@ -1,11 +1,18 @@
-//! Compiles the NVTX shim (`nvtx3/shim.c`) against the vendored NVTX3 headers with the system C
-//! compiler. No bindings are generated and no NVTX library is needed at build or run time.
+//! Compiles the NVTX shim (`nvtx_shim.c`) against the vendored NVTX3 headers of the workspace's
+//! `vendor/nvtx3/` with the system C compiler. No bindings are generated and no NVTX library is
+//! needed at build or run time.
+
+use std::path::PathBuf;
 
 fn main() {
-    println!("cargo:rerun-if-changed=nvtx3");
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let shim = manifest_dir.join("nvtx_shim.c");
+    let headers = manifest_dir.join("../vendor/nvtx3");
+    println!("cargo:rerun-if-changed={}", shim.display());
+    println!("cargo:rerun-if-changed={}", headers.display());
     cc::Build::new()
-        .file("nvtx3/shim.c")
-        .include("nvtx3")
+        .file(&shim)
+        .include(&headers)
         .opt_level(2)
         .warnings(false)
         .compile("collect_nvtx");

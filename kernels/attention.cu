@@ -2,6 +2,43 @@
 // head-major q, k, v), the causal softmax, and moving heads between head-major [B, H, T, dh] and
 // token-major [B, T, H*dh]. Math in fp32 whatever the storage type.
 
+#include "common.cuh"
+
+// Split `idx` of a token-major walk over [B, T, H, inner] into batch b, token t, head h and
+// position e within the head's `inner` elements (each part in the type of its variable).
+template <typename I, typename J, typename TB, typename TS>
+__device__ __forceinline__ void split_head_index(I idx, J inner, int H, int Tn, TB& b, TS& t, TS& h, TS& e) {
+    e = idx % inner;
+    I rest = idx / inner;
+    h = rest % H;
+    rest /= H;
+    t = rest % Tn;
+    b = rest / Tn;
+}
+
+// Where item `idx` of a RoPE pass (items of N elements in token-major order, `per_head` of them
+// a head) lies: its offset in the [B*T, 3D] QKV projection (the q part; k and v follow at +D and
+// +2D), its offset in a head-major [B, H, T, dh] buffer, its token t and its index e within the
+// head (its first element is e * N). TB, TS: the types of the batch index and of the others.
+template <typename TS>
+struct RopePos {
+    i64 qkv, head;
+    TS t, e;
+};
+template <int N, typename TB, typename TS, typename I, typename J>
+__device__ __forceinline__ RopePos<TS> rope_pos(I idx, J per_head, int Tn, int H, int dh, i64 D) {
+    TB b;
+    TS t, h, e;
+    split_head_index(idx, per_head, H, Tn, b, t, h, e);
+    const TS e0 = e * N;
+    RopePos<TS> p;
+    p.qkv = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
+    p.head = (((i64)b * H + h) * Tn + t) * dh + e0;
+    p.t = t;
+    p.e = e;
+    return p;
+}
+
 // cs holds cos and sin for (position t, pair i) at cs[2*(t*dh/2 + i)] and the next element.
 // RoPE rotates interleaved pairs (x[2i], x[2i+1]) by t * theta^(-2i/dh).
 template <typename T>
@@ -9,15 +46,9 @@ __device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, i
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int i = idx % half;
-        i64 rest = idx / half;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
-        i64 src = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
-        i64 dst = ((b * H + h) * Tn + t) * dh + 2 * i;
-        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
+        const i64 src = p.qkv, dst = p.head;
+        float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
         float x1 = ld(qkv, src), x2 = ld(qkv, src + 1);
         st(q, dst, x1 * c - x2 * s);
         st(q, dst + 1, x1 * s + x2 * c);
@@ -37,15 +68,9 @@ __device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int i = idx % half;
-        i64 rest = idx / half;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
-        i64 dst = (b * Tn + t) * 3 * D + (i64)h * dh + 2 * i;
-        i64 src = ((b * H + h) * Tn + t) * dh + 2 * i;
-        float c = cs[2 * ((i64)t * half + i)], s = cs[2 * ((i64)t * half + i) + 1];
+        const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
+        const i64 src = p.head, dst = p.qkv;
+        float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
         float g1 = ld(dq, src), g2 = ld(dq, src + 1);
         st(dqkv, dst, g1 * c + g2 * s);
         st(dqkv, dst + 1, g2 * c - g1 * s);
@@ -96,12 +121,9 @@ template <typename T>
 __device__ void heads_to_tokens_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     i64 n = (i64)B * Tn * H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int e = idx % dh;
-        i64 rest = idx / dh;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, e;
+        split_head_index(idx, dh, H, Tn, b, t, h, e);
         dst[idx] = src[((b * H + h) * Tn + t) * dh + e];
     }
 }
@@ -110,12 +132,9 @@ template <typename T>
 __device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     i64 n = (i64)B * Tn * H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        int e = idx % dh;
-        i64 rest = idx / dh;
-        int h = rest % H;
-        rest /= H;
-        int t = rest % Tn;
-        i64 b = rest / Tn;
+        i64 b;
+        int t, h, e;
+        split_head_index(idx, dh, H, Tn, b, t, h, e);
         dst[((b * H + h) * Tn + t) * dh + e] = src[idx];
     }
 }
@@ -138,42 +157,50 @@ FOR_ACT_TYPES(ATTENTION_KERNELS)
 // aligned), the buffers 16-byte aligned, B * T * H * d_head under 2^31. One thread per vector
 // in token-major order, 32-bit index arithmetic; the rotation is the scalar kernels' own
 // arithmetic, so the results are the same bits.
+// cos and sin of the N / 2 pairs from element e0 of token t's head (see `cs` above).
+template <int N>
+__device__ __forceinline__ void load_cos_sin(const float* cs, unsigned t, unsigned half, unsigned e0, float (&r)[N]) {
+    const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+        float4 p = *reinterpret_cast<const float4*>(c + i);
+        r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
+    }
+}
+
+// y = the pairs of x rotated by the angles whose cos and sin r holds, or by their negatives
+// (INVERSE: the transpose, for the backward); the scalar kernels' arithmetic, term for term.
+template <bool INVERSE, int N>
+__device__ __forceinline__ void rope_rotate(const float (&x)[N], const float (&r)[N], float (&y)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+        float co = r[i], si = r[i + 1];
+        if (INVERSE) {
+            y[i] = x[i] * co + x[i + 1] * si;
+            y[i + 1] = x[i + 1] * co - x[i] * si;
+        } else {
+            y[i] = x[i] * co - x[i + 1] * si;
+            y[i + 1] = x[i] * si + x[i + 1] * co;
+        }
+    }
+}
+
 template <typename T>
 __device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
-        i64 src = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
-        i64 dst = (((i64)b * H + h) * Tn + t) * dh + e0;
-        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+        const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
         float x[N], y[N], r[N];
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            float4 p = *reinterpret_cast<const float4*>(c + i);
-            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
-        }
-        load_vec16(qkv + src, x);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = x[i] * co - x[i + 1] * si;
-            y[i + 1] = x[i] * si + x[i + 1] * co;
-        }
-        store_vec16(q + dst, y);
-        load_vec16(qkv + src + D, x);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = x[i] * co - x[i + 1] * si;
-            y[i + 1] = x[i] * si + x[i + 1] * co;
-        }
-        store_vec16(k + dst, y);
-        *reinterpret_cast<uint4*>(v + dst) = *reinterpret_cast<const uint4*>(qkv + src + 2 * D);
+        load_cos_sin<N>(cs, p.t, half, p.e * N, r);
+        load_vec16(qkv + p.qkv, x);
+        rope_rotate<false>(x, r, y);
+        store_vec16(q + p.head, y);
+        load_vec16(qkv + p.qkv + D, x);
+        rope_rotate<false>(x, r, y);
+        store_vec16(k + p.head, y);
+        *reinterpret_cast<uint4*>(v + p.head) = *reinterpret_cast<const uint4*>(qkv + p.qkv + 2 * D);
     }
 }
 
@@ -183,36 +210,16 @@ __device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const f
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
-        i64 dst = ((i64)b * Tn + t) * 3 * D + (i64)h * dh + e0;
-        i64 src = (((i64)b * H + h) * Tn + t) * dh + e0;
-        const float* c = cs + 2 * ((i64)t * half + e0 / 2);
+        const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
         float g[N], y[N], r[N];
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            float4 p = *reinterpret_cast<const float4*>(c + i);
-            r[i] = p.x; r[i + 1] = p.y; r[i + 2] = p.z; r[i + 3] = p.w;
-        }
-        load_vec16(dq + src, g);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = g[i] * co + g[i + 1] * si;
-            y[i + 1] = g[i + 1] * co - g[i] * si;
-        }
-        store_vec16(dqkv + dst, y);
-        load_vec16(dk + src, g);
-#pragma unroll
-        for (int i = 0; i < N; i += 2) {
-            float co = r[i], si = r[i + 1];
-            y[i] = g[i] * co + g[i + 1] * si;
-            y[i + 1] = g[i + 1] * co - g[i] * si;
-        }
-        store_vec16(dqkv + dst + D, y);
-        *reinterpret_cast<uint4*>(dqkv + dst + 2 * D) = *reinterpret_cast<const uint4*>(dv + src);
+        load_cos_sin<N>(cs, p.t, half, p.e * N, r);
+        load_vec16(dq + p.head, g);
+        rope_rotate<true>(g, r, y);
+        store_vec16(dqkv + p.qkv, y);
+        load_vec16(dk + p.head, g);
+        rope_rotate<true>(g, r, y);
+        store_vec16(dqkv + p.qkv + D, y);
+        *reinterpret_cast<uint4*>(dqkv + p.qkv + 2 * D) = *reinterpret_cast<const uint4*>(dv + p.head);
     }
 }
 
@@ -222,10 +229,9 @@ __device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, 
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        unsigned e0 = (idx % nv) * N, rest = idx / nv;
-        unsigned h = rest % H;
-        rest /= H;
-        unsigned t = rest % Tn, b = rest / Tn;
+        unsigned b, t, h, e0;
+        split_head_index(idx, nv, H, Tn, b, t, h, e0);
+        e0 *= N;
         i64 tok = (i64)idx * N;
         i64 head = (((i64)b * H + h) * Tn + t) * dh + e0;
         if (to_tokens)

@@ -1,8 +1,12 @@
-// Shared by every kernel file: `collect` prepends this text to each `.cu` file before NVRTC
-// compiles it (NVRTC has no include path for our own headers), so the files do not #include it.
+// Shared by every kernel file, each of which includes it: bf16 conversions, loads and stores
+// generic over fp32 and bf16, warp and block reductions, 16-byte vector loads and stores.
 //
 // bf16 is handled as its bit pattern (unsigned short) so that no CUDA header is needed: loads
-// widen exactly, stores round to nearest even as PyTorch's casts do.
+// widen exactly, stores round to nearest even as PyTorch's casts do. block_sum and block_max need
+// blockDim.x a multiple of 32, at most 1024.
+
+#ifndef COMMON_CUH
+#define COMMON_CUH
 
 typedef unsigned short bf16_t;
 typedef long long i64;
@@ -88,3 +92,5 @@ __device__ __forceinline__ void store_vec16(bf16_t* p, const float* o) {
     for (int i = 0; i < 4; ++i) w[i] = (unsigned)f32_to_bf16(o[2 * i]) | ((unsigned)f32_to_bf16(o[2 * i + 1]) << 16);
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
+
+#endif  // COMMON_CUH

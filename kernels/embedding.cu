@@ -1,5 +1,7 @@
 // Token embedding: a row gather forward, a scatter-add backward.
 
+#include "common.cuh"
+
 // x[r, :] = emb[tokens[r], :]; one block per row.
 extern "C" __global__ void embedding_fwd(const int* tokens, const float* emb, float* x, int d) {
     i64 r = blockIdx.x;

@@ -1,5 +1,6 @@
-// FlashAttention-2 backward. Needs `common.cuh` then `tensor_core.cuh` in front (sm_90; the bf16
-// kernel uses mma.sync / ldmatrix / cp.async / red.global.add.v2.f32, see tensor_core.cuh).
+// FlashAttention-2 backward (sm_90; the bf16 kernel uses mma.sync / ldmatrix / cp.async /
+// red.global.add.v2.f32, see tensor_core.cuh; tiles and loaders shared with the other FlashAttention
+// files in flash_common.cuh).
 //
 // From Q, K, V, O, dO and L (the forward's logsumexp of the scaled scores, natural log):
 //   Delta = rowsum(dO * O)                                  (flash_bwd_preprocess)
@@ -44,14 +45,11 @@
 //       grid (e.g. 1024 blocks), block 256, grid-stride loop; 16-byte aligned pointers.
 // A whole backward: zero dq_accum; preprocess; bwd; (bf16) dq_convert.
 
-// Dynamic shared memory of every kernel in this file (declared once, at file scope).
-extern __shared__ __align__(16) unsigned char flash_smem[];
+#include "flash_common.cuh"
 
 namespace flash_bwd {
 
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
-
-constexpr float LOG2E = 1.4426950408889634f;
+using namespace flash;
 
 // ---------------------------------------------------------------------------------------------
 // Delta = rowsum(dO * O) for 64 rows per block of 256 threads: 16-byte loads, a row spread over
@@ -110,61 +108,12 @@ template <> struct Bf16Cfg<32> { static constexpr int NW = 4, MK = 2, BR = 32; s
 template <> struct Bf16Cfg<64> { static constexpr int NW = 4, MK = 2, BR = 32; static constexpr bool KVREG = false; };
 template <> struct Bf16Cfg<128> { static constexpr int NW = 8, MK = 1, BR = 32; static constexpr bool KVREG = false; };
 
-// Byte offset of 16-byte chunk `c` of row `r` in a [rows, W] bf16 tile in shared memory, padded by
-// one 16-byte chunk after every 128 bytes of data (every row for W >= 64; every 2 rows for W = 32,
-// every 4 for W = 16): the 8 rows one ldmatrix matrix reads (8 consecutive rows, one chunk column)
-// and the 8 chunks 8 consecutive lanes write with cp.async fall in 8 distinct 16-byte bank groups,
-// and (unlike an XOR swizzle) every fragment address is a per-lane base plus a compile-time constant.
-template <int W>
-struct Tile {
-    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
-    static constexpr int R = W >= 64 ? 1 : 64 / W;  // rows per padding chunk
-    template <int ROWS>
-    struct Bytes { static constexpr int value = ROWS * W * 2 + ROWS / R * 16; };
-};
-template <int W>
-__device__ __forceinline__ unsigned toff(int r, int c) {
-    return (unsigned)(r * (W * 2) + r / Tile<W>::R * 16 + c * 16);
-}
-
 // Dynamic shared memory of the bf16 kernel.
 template <int D, int BC, int BR>
 struct Bf16Smem {
     static constexpr int bytes = 2 * Tile<D>::template Bytes<BC>::value + 4 * Tile<D>::template Bytes<BR>::value +
                                  Tile<BR>::template Bytes<BC>::value + 4 * BR * 4;
 };
-
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void load_tile(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
-    constexpr int C = D / 8, TOTAL = ROWS * C;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
-        int idx = tid + i * NT;
-        if (TOTAL % NT == 0 || idx < TOTAL) {
-            int r = idx / C, c = idx % C;
-            int gr = row0 + r;
-            bool ok = gr < seq;
-            cp_async_16(s_tile + toff<D>(r, c), g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
-        }
-    }
-}
-
-// L and Delta of query rows [row0, row0 + BR) (zeros past seq; those columns are masked anyway).
-template <int BR, int NT>
-__device__ __forceinline__ void load_rows(unsigned sL, unsigned sDel, const float* lse, const float* delta, int row0,
-                                          int seq, int tid) {
-#pragma unroll
-    for (int i = 0; i < (2 * BR + NT - 1) / NT; ++i) {
-        int idx = tid + i * NT;
-        if (idx < 2 * BR) {
-            int r = idx % BR;
-            int gr = row0 + r;
-            bool ok = gr < seq;
-            const float* src = (idx < BR ? lse : delta) + (ok ? gr : 0);
-            cp_async_4((idx < BR ? sL : sDel) + r * 4, src, ok ? 4 : 0);
-        }
-    }
-}
 
 template <int D, int NW, int MK, int BR, bool KVREG>
 __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
@@ -206,10 +155,10 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
     const int n_q = (seq + BR - 1) / BR;
     const int i_start = causal ? k0 / BR : 0;
 
-    load_tile<D, BC, NT>(sK, k + head, k0, seq, tid);
-    load_tile<D, BC, NT>(sV, v + head, k0, seq, tid);
-    load_tile<D, BR, NT>(sQ, qh, i_start * BR, seq, tid);
-    load_tile<D, BR, NT>(sdO, doh, i_start * BR, seq, tid);
+    load_tile_padded<D, BC, NT>(sK, k + head, k0, seq, tid);
+    load_tile_padded<D, BC, NT>(sV, v + head, k0, seq, tid);
+    load_tile_padded<D, BR, NT>(sQ, qh, i_start * BR, seq, tid);
+    load_tile_padded<D, BR, NT>(sdO, doh, i_start * BR, seq, tid);
     load_rows<BR, NT>(sL, sDel, lh, dh, i_start * BR, seq, tid);
     cp_async_commit();
 
@@ -232,8 +181,8 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
         const unsigned buf = (i - i_start) & 1;
         if (i + 1 < n_q) {
             const unsigned nb = buf ^ 1;
-            load_tile<D, BR, NT>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
-            load_tile<D, BR, NT>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
+            load_tile_padded<D, BR, NT>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
+            load_tile_padded<D, BR, NT>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
             load_rows<BR, NT>(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
             cp_async_commit();
             cp_async_wait<1>();
@@ -288,17 +237,9 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                     const unsigned off = b_lane + toff<D>(np * 16, kk * 2);
                     unsigned b[4];
                     ldmatrix_x4(b, sQb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) {
-                        mma_bf16_16816(s[mk][2 * np], ka[mk], b[0], b[1]);
-                        mma_bf16_16816(s[mk][2 * np + 1], ka[mk], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(s, np, ka, b);
                     ldmatrix_x4(b, sdOb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) {
-                        mma_bf16_16816(dp[mk][2 * np], va[mk], b[0], b[1]);
-                        mma_bf16_16816(dp[mk][2 * np + 1], va[mk], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(dp, np, va, b);
                 }
             };
             if constexpr (KVREG) {
@@ -335,14 +276,8 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                 unsigned pa[MK][4], da[MK][4];
 #pragma unroll
                 for (int mk = 0; mk < MK; ++mk) {
-                    pa[mk][0] = pack_bf16x2(s[mk][2 * kq][0], s[mk][2 * kq][1]);
-                    pa[mk][1] = pack_bf16x2(s[mk][2 * kq][2], s[mk][2 * kq][3]);
-                    pa[mk][2] = pack_bf16x2(s[mk][2 * kq + 1][0], s[mk][2 * kq + 1][1]);
-                    pa[mk][3] = pack_bf16x2(s[mk][2 * kq + 1][2], s[mk][2 * kq + 1][3]);
-                    da[mk][0] = pack_bf16x2(dp[mk][2 * kq][0], dp[mk][2 * kq][1]);
-                    da[mk][1] = pack_bf16x2(dp[mk][2 * kq][2], dp[mk][2 * kq][3]);
-                    da[mk][2] = pack_bf16x2(dp[mk][2 * kq + 1][0], dp[mk][2 * kq + 1][1]);
-                    da[mk][3] = pack_bf16x2(dp[mk][2 * kq + 1][2], dp[mk][2 * kq + 1][3]);
+                    pack_a_frag(pa[mk], s[mk][2 * kq], s[mk][2 * kq + 1]);
+                    pack_a_frag(da[mk], dp[mk][2 * kq], dp[mk][2 * kq + 1]);
                     const int r = wrow + mk * 16 + g;
                     unsigned char* base = flash_smem + (sdS - sK);
                     *reinterpret_cast<unsigned*>(base + toff<BR>(r, 2 * kq) + 4 * t) = da[mk][0];
@@ -355,17 +290,9 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                     const unsigned off = a_lane + toff<D>(kq * 16, np * 2);
                     unsigned b[4];
                     ldmatrix_x4_trans(b, sdOb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) {
-                        mma_bf16_16816(dv_acc[mk][2 * np], pa[mk], b[0], b[1]);
-                        mma_bf16_16816(dv_acc[mk][2 * np + 1], pa[mk], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(dv_acc, np, pa, b);
                     ldmatrix_x4_trans(b, sQb + off);
-#pragma unroll
-                    for (int mk = 0; mk < MK; ++mk) {
-                        mma_bf16_16816(dk_acc[mk][2 * np], da[mk], b[0], b[1]);
-                        mma_bf16_16816(dk_acc[mk][2 * np + 1], da[mk], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(dk_acc, np, da, b);
                 }
             }
         }
@@ -396,8 +323,7 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
                         for (int np = 0; np < NQ / 2; ++np) {
                             unsigned b[4];
                             ldmatrix_x4_trans(b, sK + a_lane + toff<D>(kk * 16, ng * NQ + np * 2));
-                            mma_bf16_16816(dq[2 * np], a, b[0], b[1]);
-                            mma_bf16_16816(dq[2 * np + 1], a, b[2], b[3]);
+                            mma_bf16_16816_x2(dq[2 * np], dq[2 * np + 1], a, b);
                         }
                     }
                 }
@@ -434,29 +360,10 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
 // ---------------------------------------------------------------------------------------------
 // fp32, SIMT
 
-constexpr int F32_B = 64, F32_NT = 256, F32_PLD = F32_B + 4;
+constexpr int F32_B = 64, F32_PLD = F32_B + 4;
 
 template <int D>
 struct F32Smem { static constexpr int bytes = 4 * (4 * 64 * (D + 1) + 2 * 64 * F32_PLD + 2 * 64); };
-
-template <int D>
-__device__ __forceinline__ void load_tile_f32(float* s, const float* g, int row0, int seq, int tid) {
-    constexpr int C4 = D / 4, TOTAL = 64 * C4;
-#pragma unroll
-    for (int i = 0; i < TOTAL / F32_NT + (TOTAL % F32_NT ? 1 : 0); ++i) {
-        int idx = tid + i * F32_NT;
-        if (TOTAL % F32_NT == 0 || idx < TOTAL) {
-            int r = idx / C4, c = (idx % C4) * 4;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (row0 + r < seq) x = *reinterpret_cast<const float4*>(g + (i64)(row0 + r) * D + c);
-            float* d = s + r * (D + 1) + c;
-            d[0] = x.x;
-            d[1] = x.y;
-            d[2] = x.z;
-            d[3] = x.w;
-        }
-    }
-}
 
 // Thread (ty, tx) of a 16 x 16 grid: for S, dP it owns query rows ty*4+i and keys tx+16*j; for
 // dK, dV keys ty*4+i and columns tx+16*kk; for dQ query rows ty*4+i and columns tx+16*kk.
@@ -635,7 +542,7 @@ FLASH_BWD_BF16(64)
 FLASH_BWD_BF16(128)
 
 #define FLASH_BWD_F32(D)                                                                                           \
-    extern "C" __global__ void __launch_bounds__(flash_bwd::F32_NT)                                                \
+    extern "C" __global__ void __launch_bounds__(flash::F32_NT)                                                \
         flash_bwd_f32_d##D(const float* q, const float* k, const float* v, const float* dout, const float* lse,    \
                            const float* delta, float* dk, float* dv, float* dq_accum, int seq, float scale,        \
                            int causal) {                                                                           \

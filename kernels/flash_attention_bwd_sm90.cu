@@ -1,6 +1,6 @@
-// FlashAttention backward for Hopper (sm_90a: warpgroup MMA, wgmma.mma_async). Needs `common.cuh`
-// then `tensor_core.cuh` in front, and NVRTC option --gpu-architecture=sm_90a (the wgmma wrappers
-// of tensor_core.cuh exist only there); runs on compute capability 9.0 only.
+// FlashAttention backward for Hopper (sm_90a: warpgroup MMA, wgmma.mma_async). Needs NVRTC option
+// --gpu-architecture=sm_90a (the wgmma wrappers of tensor_core.cuh exist only there); runs on
+// compute capability 9.0 only. Tiles, descriptors and loaders are those of flash_common.cuh.
 //
 // Same contract and results as flash_bwd_bf16_d<D> of flash_attention_bwd.cu (with its
 // flash_bwd_preprocess_bf16_d<D> before and flash_dq_convert_bf16 after): from Q, K, V, dO, L
@@ -18,7 +18,7 @@
 //   [64w, 64w + 64) of the block and accumulates their dK, dV (fp32, registers) over all tiles.
 // - K, V (once) and Q, dO (double-buffered, cp.async, zero-fill past T) in shared memory in the
 //   canonical wgmma layout (rows of min(2D, 128) bytes, XOR swizzle 128/64/32 bytes, d 128 as two
-//   64-column blocks; see flash_attention_fwd_sm90.cu), L and Delta of the tile next to them.
+//   64-column blocks; see flash_common.cuh), L and Delta of the tile next to them.
 // - Per query tile, warpgroup w (M = its 64 keys):
 //     S^T  = K_w Q^T        wgmma m64n64k16, A = K, B = Q from shared memory (both K-major)
 //     dP^T = V_w dO^T       the same with V, dO
@@ -55,12 +55,12 @@
 #error "flash_attention_bwd_sm90.cu needs --gpu-architecture=sm_90a"
 #endif
 
-// Dynamic shared memory of every kernel in this file (declared once, at file scope).
-extern __shared__ __align__(16) unsigned char flash_smem[];
+#include "flash_common.cuh"
 
 namespace flash_bwd_sm90 {
 
-constexpr float LOG2E = 1.4426950408889634f;
+using namespace flash;
+
 constexpr int BC = 128, BR = 64, NT = 256;
 
 template <int D>
@@ -68,80 +68,12 @@ struct Sm90BwdSmem {
     static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + 1024;
 };
 
-// Canonical wgmma shared-memory tiles (as in flash_attention_fwd_sm90.cu): column blocks of RB =
-// min(2W, 128) bytes, each [ROWS][RB], 16-byte chunks XOR-swizzled with the row's place in its
-// 8-row atom (address bits 4.. ^= bits 7..).
-template <int W>
-struct Lay {
-    static constexpr int RB = W * 2 < 128 ? W * 2 : 128;
-    static constexpr int CPR = RB / 16;
-    static constexpr unsigned SWM = CPR - 1;
-    static constexpr unsigned long long MODE = RB == 128 ? 1ull : RB == 64 ? 2ull : 3ull;
-    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
-};
-
-__device__ __forceinline__ unsigned swz(unsigned off, unsigned mask) { return off ^ (((off >> 7) & mask) << 4); }
-
-// Byte offset of the 4-byte word at (row r, element col) of a ROWS x W tile (col even).
+// Byte offset of the 4-byte word at (row r, element col) of a ROWS x W swizzled tile (col even).
 template <int W, int ROWS>
 __device__ __forceinline__ unsigned elem_off(int r, int col) {
     using L = Lay<W>;
     const int byte = col * 2;
     return swz((unsigned)((byte / L::RB) * ROWS * L::RB + r * L::RB + byte % L::RB), L::SWM);
-}
-
-// wgmma matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), base offset
-// 0 (49-51: every atom here is aligned to its pattern), swizzle mode (62-63).
-__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned long long mode) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (mode << 62);
-}
-
-// K-major operand: rows [row0, row0 + 8n) of a ROWS x W tile, k-step kk (columns 16kk..16kk+15).
-template <int W, int ROWS>
-__device__ __forceinline__ unsigned long long kmajor_desc(unsigned tile, int row0, int kk) {
-    using L = Lay<W>;
-    const unsigned addr = tile + (unsigned)((kk * 32 / L::RB) * ROWS * L::RB + row0 * L::RB + (kk * 32) % L::RB);
-    return make_desc(addr, 16, 8 * L::RB, L::MODE);
-}
-
-// N-major (or M-major) operand with the transpose bit: rows [16kc, 16kc + 16) of a ROWS x W tile
-// (the k dimension), columns from c0 (the N or M dimension; c0 is a multiple of 8 and the
-// instruction's N does not cross a column block). SBO = 8 rows; LBO = the next column block.
-template <int W, int ROWS>
-__device__ __forceinline__ unsigned long long nmajor_desc(unsigned tile, int kc, int c0) {
-    using L = Lay<W>;
-    const unsigned addr = tile + (unsigned)((c0 * 2 / L::RB) * ROWS * L::RB + (c0 * 2) % L::RB + kc * 16 * L::RB);
-    return make_desc(addr, ROWS * L::RB, 8 * L::RB, L::MODE);
-}
-
-// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a tile (zero-fill past seq).
-template <int D, int ROWS>
-__device__ __forceinline__ void load_tile(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
-    constexpr int C = D / 8, TOTAL = ROWS * C;
-    using L = Lay<D>;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
-        const int idx = tid + i * NT;
-        if (TOTAL % NT == 0 || idx < TOTAL) {
-            const int r = idx / C, c = idx % C;
-            const int gr = row0 + r;
-            const bool ok = gr < seq;
-            const unsigned off = swz((unsigned)((c / L::CPR) * ROWS * L::RB + r * L::RB + (c % L::CPR) * 16), L::SWM);
-            cp_async_16(s_tile + off, g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
-        }
-    }
-}
-
-// L and Delta of query rows [row0, row0 + BR) (zeros past seq; those columns are masked anyway).
-__device__ __forceinline__ void load_rows(unsigned sL, unsigned sDel, const float* lse, const float* delta, int row0,
-                                          int seq, int tid) {
-    if (tid < 2 * BR) {
-        const int r = tid % BR, gr = row0 + r;
-        const bool ok = gr < seq;
-        const float* src = (tid < BR ? lse : delta) + (ok ? gr : 0);
-        cp_async_4((tid < BR ? sL : sDel) + r * 4, src, ok ? 4 : 0);
-    }
 }
 
 template <int D, bool DEFER_DQ>
@@ -184,11 +116,11 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     const int n_q = (seq + BR - 1) / BR;
     const int i_start = causal ? k0 / BR : 0;
 
-    load_tile<D, BC>(sK, k + head, k0, seq, tid);
-    load_tile<D, BC>(sV, v + head, k0, seq, tid);
-    load_tile<D, BR>(sQ, qh, i_start * BR, seq, tid);
-    load_tile<D, BR>(sdO, doh, i_start * BR, seq, tid);
-    load_rows(sL, sDel, lh, dh, i_start * BR, seq, tid);
+    load_tile_swizzled<D, BC, NT>(sK, k + head, k0, seq, tid);
+    load_tile_swizzled<D, BC, NT>(sV, v + head, k0, seq, tid);
+    load_tile_swizzled<D, BR, NT>(sQ, qh, i_start * BR, seq, tid);
+    load_tile_swizzled<D, BR, NT>(sdO, doh, i_start * BR, seq, tid);
+    load_rows<BR, NT>(sL, sDel, lh, dh, i_start * BR, seq, tid);
     cp_async_commit();
 
     const int key_lo = k0 + wg * 64 + wq * 16 + g;  // this thread's keys: key_lo, key_lo + 8
@@ -251,9 +183,9 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
         wgmma_commit();
         if (i + 1 < n_q) {
             const unsigned nb = (b ^ 1);
-            load_tile<D, BR>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
-            load_tile<D, BR>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
-            load_rows(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
+            load_tile_swizzled<D, BR, NT>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
+            load_tile_swizzled<D, BR, NT>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
+            load_rows<BR, NT>(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
         }
         cp_async_commit();
         if constexpr (DEFER_DQ) {

@@ -1,5 +1,5 @@
-// FlashAttention-2 forward. Needs `common.cuh` then `tensor_core.cuh` in front (sm_90; the bf16
-// kernels use mma.sync / ldmatrix / cp.async, see tensor_core.cuh).
+// FlashAttention-2 forward (sm_90; the bf16 kernels use mma.sync / ldmatrix / cp.async, see
+// tensor_core.cuh; tiles and loaders shared with the other FlashAttention files in flash_common.cuh).
 //
 // O = softmax(scale * Q K^T [causal mask]) V per (batch x head), and L = logsumexp of the scaled
 // scores (natural log) per query row, saved for the backward. Q, K, V, O: [BH, T, D] row-major,
@@ -37,15 +37,18 @@
 //   bf16 smem = Tile<D>::Bytes<BR> + 4 * Tile<D>::Bytes<BC> (BC = 64, 32 at d 128); fp32 smem =
 //   4 * (3 * 64 * (D + 1) + 64 * 68). Both are F32Smem / Bf16Smem below.
 
-// Dynamic shared memory of every kernel in this file (declared once, at file scope).
-extern __shared__ __align__(16) unsigned char flash_smem[];
+#include "flash_common.cuh"
 
 namespace flash_fwd {
 
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+using namespace flash;
 
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
+// Whether query `query` must not see key `key`: past the sequence, or after the query (causal).
+// (The backward files keep their longer conditions inline: through a function, the compiler turns
+// them into branches.)
+__device__ __forceinline__ bool key_masked(int query, int key, int seq, int causal) {
+    return key >= seq || (causal && key > query);
+}
 
 // ---------------------------------------------------------------------------------------------
 // bf16, tensor cores
@@ -58,45 +61,11 @@ template <> struct Bf16Cfg<32> { static constexpr int NW = 4, MT = 2, BC = 64; s
 template <> struct Bf16Cfg<64> { static constexpr int NW = 4, MT = 2, BC = 64; static constexpr bool QREG = true; };
 template <> struct Bf16Cfg<128> { static constexpr int NW = 4, MT = 2, BC = 32; static constexpr bool QREG = false; };
 
-// Byte offset of 16-byte chunk `c` of row `r` in a [rows, W] bf16 tile in shared memory, padded by
-// one 16-byte chunk after every 128 bytes of data (every row for W >= 64; every 2 rows for W = 32,
-// every 4 for W = 16): the 8 rows one ldmatrix matrix reads (8 consecutive rows, one chunk column)
-// and the 8 chunks 8 consecutive lanes write with cp.async fall in 8 distinct 16-byte bank groups,
-// and (unlike an XOR swizzle) every fragment address is a per-lane base plus a compile-time constant.
-template <int W>
-struct Tile {
-    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
-    static constexpr int R = W >= 64 ? 1 : 64 / W;  // rows per padding chunk
-    template <int ROWS>
-    struct Bytes { static constexpr int value = ROWS * W * 2 + ROWS / R * 16; };
-};
-template <int W>
-__device__ __forceinline__ unsigned toff(int r, int c) {
-    return (unsigned)(r * (W * 2) + r / Tile<W>::R * 16 + c * 16);
-}
-
 // Dynamic shared memory of the bf16 kernel.
 template <int D, int NW, int MT, int BC>
 struct Bf16Smem {
     static constexpr int bytes = Tile<D>::template Bytes<NW * 16 * MT>::value + 4 * Tile<D>::template Bytes<BC>::value;
 };
-
-// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a padded tile; rows >= seq
-// are zero-filled.
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void load_tile(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
-    constexpr int C = D / 8, TOTAL = ROWS * C;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
-        int idx = tid + i * NT;
-        if (TOTAL % NT == 0 || idx < TOTAL) {
-            int r = idx / C, c = idx % C;
-            int gr = row0 + r;
-            bool ok = gr < seq;
-            cp_async_16(s_tile + toff<D>(r, c), g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
-        }
-    }
-}
 
 template <int D, int NW, int MT, int BC, bool QREG>
 __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
@@ -107,8 +76,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     constexpr unsigned Q_BYTES = Tile<D>::template Bytes<BR>::value, KV_BYTES = Tile<D>::template Bytes<BC>::value;
     static_assert(BC % 16 == 0 && D % 16 == 0, "tile shapes");
 
-    const int n_qt = (seq + BR - 1) / BR;
-    const int qt = n_qt - 1 - (int)blockIdx.y;  // last (most causal work) first
+    const int qt = query_tile(seq, BR);
     if (qt < 0) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -126,10 +94,10 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     const int n_kv_all = (seq + BC - 1) / BC;
     const int n_kv = causal ? imin(n_kv_all, (q0 + BR - 1) / BC + 1) : n_kv_all;
 
-    load_tile<D, BR, NT>(sQ, qh, q0, seq, tid);
+    load_tile_padded<D, BR, NT>(sQ, qh, q0, seq, tid);
     cp_async_commit();
-    load_tile<D, BC, NT>(sK, kh, 0, seq, tid);
-    load_tile<D, BC, NT>(sV, vh, 0, seq, tid);
+    load_tile_padded<D, BC, NT>(sK, kh, 0, seq, tid);
+    load_tile_padded<D, BC, NT>(sV, vh, 0, seq, tid);
     cp_async_commit();
 
     const int wrow = warp * 16 * MT;  // first row of this warp in the tile
@@ -169,8 +137,8 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     for (int j = 0; j < n_kv; ++j) {
         const unsigned buf = j & 1;
         if (j + 1 < n_kv) {
-            load_tile<D, BC, NT>(sK + (buf ^ 1) * KV_BYTES, kh, (j + 1) * BC, seq, tid);
-            load_tile<D, BC, NT>(sV + (buf ^ 1) * KV_BYTES, vh, (j + 1) * BC, seq, tid);
+            load_tile_padded<D, BC, NT>(sK + (buf ^ 1) * KV_BYTES, kh, (j + 1) * BC, seq, tid);
+            load_tile_padded<D, BC, NT>(sV + (buf ^ 1) * KV_BYTES, vh, (j + 1) * BC, seq, tid);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -206,11 +174,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                 for (int np = 0; np < NC / 2; ++np) {
                     unsigned b[4];
                     ldmatrix_x4(b, sKb + b_lane + toff<D>(np * 16, kk * 2));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        mma_bf16_16816(s[mt][2 * np], qa[mt], b[0], b[1]);
-                        mma_bf16_16816(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(s, np, qa, b);
                 }
             };
             if constexpr (QREG) {
@@ -230,7 +194,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                         for (int e = 0; e < 4; ++e) {
                             int row = wr0 + mt * 16 + g + ((e >> 1) << 3);
                             int col = k0 + nc * 8 + 2 * t + (e & 1);
-                            if (col >= seq || (causal && col > row)) s[mt][nc][e] = NEG_INF;
+                            if (key_masked(row, col, seq, causal)) s[mt][nc][e] = NEG_INF;
                         }
             }
             // online softmax; each row is spread over the 4 lanes of a quad
@@ -275,21 +239,14 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                 unsigned pa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    pa[mt][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-                    pa[mt][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-                    pa[mt][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-                    pa[mt][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+                    pack_a_frag(pa[mt], s[mt][2 * kc], s[mt][2 * kc + 1]);
                     mma_bf16_16816(l_acc[mt], pa[mt], ONES, ONES);
                 }
 #pragma unroll
                 for (int dp = 0; dp < ND / 2; ++dp) {
                     unsigned b[4];
                     ldmatrix_x4_trans(b, sVb + a_lane + toff<D>(kc * 16, dp * 2));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        mma_bf16_16816(acc[mt][2 * dp], pa[mt], b[0], b[1]);
-                        mma_bf16_16816(acc[mt][2 * dp + 1], pa[mt], b[2], b[3]);
-                    }
+                    mma_bf16_16816_x2_m(acc, dp, pa, b);
                 }
             }
         }
@@ -318,30 +275,10 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
 // ---------------------------------------------------------------------------------------------
 // fp32, SIMT
 
-constexpr int F32_BM = 64, F32_BN = 64, F32_NT = 256, F32_PLD = F32_BN + 4;
+constexpr int F32_BM = 64, F32_BN = 64, F32_PLD = F32_BN + 4;
 
 template <int D>
 struct F32Smem { static constexpr int bytes = 4 * (3 * 64 * (D + 1) + 64 * F32_PLD); };
-
-// Rows [row0, row0 + 64) of a [seq, D] fp32 matrix into a [64, D+1] tile (zeros past seq).
-template <int D>
-__device__ __forceinline__ void load_tile_f32(float* s, const float* g, int row0, int seq, int tid) {
-    constexpr int C4 = D / 4, TOTAL = 64 * C4;
-#pragma unroll
-    for (int i = 0; i < TOTAL / F32_NT + (TOTAL % F32_NT ? 1 : 0); ++i) {
-        int idx = tid + i * F32_NT;
-        if (TOTAL % F32_NT == 0 || idx < TOTAL) {
-            int r = idx / C4, c = (idx % C4) * 4;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (row0 + r < seq) x = *reinterpret_cast<const float4*>(g + (i64)(row0 + r) * D + c);
-            float* d = s + r * (D + 1) + c;
-            d[0] = x.x;
-            d[1] = x.y;
-            d[2] = x.z;
-            d[3] = x.w;
-        }
-    }
-}
 
 // Thread (ty, tx) of a 16 x 16 grid owns query rows ty*4 + i and key columns tx + 16*j
 // (i, j < 4), and output columns tx + 16*kk. A row's 16 threads are one half-warp.
@@ -355,8 +292,7 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
     float* Vs = Ks + BN * LD;
     float* Ps = Vs + BN * LD;
 
-    const int n_qt = (seq + BM - 1) / BM;
-    const int qt = n_qt - 1 - (int)blockIdx.y;
+    const int qt = query_tile(seq, BM);
     if (qt < 0) return;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int bh = blockIdx.x, q0 = qt * BM;
@@ -404,7 +340,7 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     int row = q0 + ty * 4 + i, col = k0 + tx + 16 * jj;
-                    if (col >= seq || (causal && col > row)) s[i][jj] = NEG_INF;
+                    if (key_masked(row, col, seq, causal)) s[i][jj] = NEG_INF;
                 }
         }
 #pragma unroll
@@ -473,7 +409,7 @@ FLASH_FWD_BF16(64)
 FLASH_FWD_BF16(128)
 
 #define FLASH_FWD_F32(D)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(flash_fwd::F32_NT)                                              \
+    extern "C" __global__ void __launch_bounds__(flash::F32_NT)                                              \
         flash_fwd_f32_d##D(const float* q, const float* k, const float* v, float* o, float* lse, int seq,        \
                            float scale, int causal) {                                                            \
         flash_fwd::fwd_f32<D>(q, k, v, o, lse, seq, scale, causal);                                              \

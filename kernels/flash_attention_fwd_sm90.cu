@@ -1,6 +1,6 @@
-// FlashAttention forward for Hopper (sm_90a: warpgroup MMA, wgmma.mma_async). Needs `common.cuh`
-// then `tensor_core.cuh` in front, and NVRTC option --gpu-architecture=sm_90a (the wgmma wrappers
-// of tensor_core.cuh exist only there); runs on compute capability 9.0 only.
+// FlashAttention forward for Hopper (sm_90a: warpgroup MMA, wgmma.mma_async). Needs NVRTC option
+// --gpu-architecture=sm_90a (the wgmma wrappers of tensor_core.cuh exist only there); runs on
+// compute capability 9.0 only. Tiles, descriptors and loaders are those of flash_common.cuh.
 //
 // Same contract and results as flash_fwd_bf16_d<D> of flash_attention_fwd.cu: O = softmax(scale *
 // Q K^T [causal mask]) V per (batch x head), L = logsumexp of the scaled scores (natural log) per
@@ -53,15 +53,11 @@
 #error "flash_attention_fwd_sm90.cu needs --gpu-architecture=sm_90a"
 #endif
 
-// Dynamic shared memory of every kernel in this file (declared once, at file scope).
-extern __shared__ __align__(16) unsigned char flash_smem[];
+#include "flash_common.cuh"
 
 namespace flash_fwd_sm90 {
 
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
-
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
+using namespace flash;
 
 // Tile configuration per head dim: NWG consumer warpgroups (BR = 64 * NWG rows), BC keys per
 // step, PF tiles of prefetch (K ring PF + 1, V ring PF + 2).
@@ -76,75 +72,6 @@ struct Sm90Smem {
     static constexpr int bytes = 2 * D * (64 * NWG + (2 * PF + 3) * BC) + 512 * NWG + 1024;
 };
 
-// Shared-memory tile of ROWS x D bf16 in the canonical wgmma layout: column blocks of RB bytes
-// (RB = min(2D, 128); d 128 has two), each [ROWS][RB] row-major, 16-byte chunks swizzled by XOR
-// with the row's position in its 8-row atom (Swizzle<3,4,3> / <2,4,3> / <1,4,3> on byte offsets:
-// bits 4.. ^= bits 7.., as many bits as RB has 16-byte chunks, log2(RB / 16)).
-template <int D>
-struct Lay {
-    static constexpr int RB = D * 2 < 128 ? D * 2 : 128;  // bytes per row of a column block
-    static constexpr int CPR = RB / 16;                     // 16-byte chunks per block row
-    static constexpr unsigned SWM = CPR - 1;                // swizzle mask
-    // descriptor swizzle mode: 1 = 128B, 2 = 64B, 3 = 32B
-    static constexpr unsigned long long MODE = RB == 128 ? 1ull : RB == 64 ? 2ull : 3ull;
-    static_assert(D == 16 || D == 32 || D == 64 || D == 128, "head dim 16, 32, 64 or 128");
-};
-
-__device__ __forceinline__ unsigned swz(unsigned off, unsigned mask) { return off ^ (((off >> 7) & mask) << 4); }
-
-// Byte offset of 16-byte chunk c (of D / 8) of row r in a ROWS-row tile.
-template <int D, int ROWS>
-__device__ __forceinline__ unsigned tile_off(int r, int c) {
-    using L = Lay<D>;
-    const unsigned lin = (unsigned)((c / L::CPR) * ROWS * L::RB + r * L::RB + (c % L::CPR) * 16);
-    return swz(lin, L::SWM);
-}
-
-// wgmma matrix descriptor (PTX ISA, "Matrix Descriptor"): bits 0-13 start address >> 4, 16-29
-// leading-dimension byte offset >> 4, 32-45 stride-dimension byte offset >> 4, 49-51 base offset
-// (0: every swizzle atom here is aligned to its 1024 / 512 / 256 bytes), 62-63 swizzle mode.
-__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned long long mode) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (mode << 62);
-}
-
-// K-major operand (Q as A, K as B): rows [row0, row0 + 8n) of a ROWS-row tile, k-step kk (columns
-// 16kk..16kk+15). Swizzled K-major: the 16 columns lie inside one row (32 bytes at byte 32kk of
-// the row, within column block 32kk / RB); SBO = 8 rows (the atom); LBO unused (1 by convention).
-template <int D, int ROWS>
-__device__ __forceinline__ unsigned long long kmajor_desc(unsigned tile, int row0, int kk) {
-    using L = Lay<D>;
-    const unsigned addr = tile + (unsigned)((kk * 32 / L::RB) * ROWS * L::RB + row0 * L::RB + (kk * 32) % L::RB);
-    return make_desc(addr, 16, 8 * L::RB, L::MODE);
-}
-
-// N-major operand with the transpose bit (V as B of P V): keys [16kc, 16kc + 16) of a BC-row
-// tile, all D columns. Swizzled MN-major: an atom is 8 keys x RB bytes of N; SBO = the next 8 keys
-// (8 rows), LBO = the next RB / 2 columns of N (the next column block: BC rows further).
-template <int D, int BC>
-__device__ __forceinline__ unsigned long long nmajor_desc(unsigned tile, int kc) {
-    using L = Lay<D>;
-    return make_desc(tile + (unsigned)(kc * 16 * L::RB), BC * L::RB, 8 * L::RB, L::MODE);
-}
-
-// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a tile; rows >= seq are
-// zero-filled. Consecutive threads take consecutive 16-byte chunks of a row (coalesced; 8 lanes
-// of a phase write 8 distinct bank groups thanks to the swizzle).
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void load_tile(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
-    constexpr int C = D / 8, TOTAL = ROWS * C;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
-        const int idx = tid + i * NT;
-        if (TOTAL % NT == 0 || idx < TOTAL) {
-            const int r = idx / C, c = idx % C;
-            const int gr = row0 + r;
-            const bool ok = gr < seq;
-            cp_async_16(s_tile + tile_off<D, ROWS>(r, c), g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
-        }
-    }
-}
-
 template <int D, int NWG, int BC, int PF>
 __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
                                          const bf16_t* __restrict__ v, bf16_t* __restrict__ o,
@@ -155,8 +82,7 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     constexpr int KD = D / 16, KC = BC / 16; // k-steps: S over D, P V over the keys
     static_assert(BC % 16 == 0 && BC <= 256 && PF >= 1, "tile shapes");
 
-    const int n_qt = (seq + BR - 1) / BR;
-    const int qt = n_qt - 1 - (int)blockIdx.y;  // last (most causal work) first
+    const int qt = query_tile(seq, BR);
     if (qt < 0) return;
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;  // warpgroup, warp within it
@@ -178,12 +104,12 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     const int n_kv = causal ? imin(n_kv_all, (q0 + BR - 1) / BC + 1) : n_kv_all;
 
     // prologue: Q with tile 0, then tiles 1 .. PF-1: PF groups
-    load_tile<D, BR, NT>(sQ, qh, q0, seq, tid);
+    load_tile_swizzled<D, BR, NT>(sQ, qh, q0, seq, tid);
 #pragma unroll
     for (int j = 0; j < PF; ++j) {
         if (j < n_kv) {
-            load_tile<D, BC, NT>(sK + (j % KS) * KV_BYTES, kh, j * BC, seq, tid);
-            load_tile<D, BC, NT>(sV + (j % VS) * KV_BYTES, vh, j * BC, seq, tid);
+            load_tile_swizzled<D, BC, NT>(sK + (j % KS) * KV_BYTES, kh, j * BC, seq, tid);
+            load_tile_swizzled<D, BC, NT>(sV + (j % VS) * KV_BYTES, vh, j * BC, seq, tid);
         }
         cp_async_commit();
     }
@@ -212,7 +138,7 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     auto issue_pv = [&](int j) {  // O += P_j V_j
         const unsigned sVb = sV + (j % VS) * KV_BYTES;
 #pragma unroll
-        for (int kc = 0; kc < KC; ++kc) wgmma_rs_bf16_tb<D>(acc, pa[kc], nmajor_desc<D, BC>(sVb, kc), 1);
+        for (int kc = 0; kc < KC; ++kc) wgmma_rs_bf16_tb<D>(acc, pa[kc], nmajor_desc<D, BC>(sVb, kc, 0), 1);
     };
     // S_j -> P_j in place (fp32), new running max; alpha = rescale factor of the old O and l
     auto softmax = [&](int j, float (&alpha)[2], float (&rsum)[2]) {
@@ -273,8 +199,8 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     auto prefetch = [&](int j) {
         if (j + PF < n_kv) {
             const int jn = j + PF;
-            load_tile<D, BC, NT>(sK + (jn % KS) * KV_BYTES, kh, jn * BC, seq, tid);
-            load_tile<D, BC, NT>(sV + (jn % VS) * KV_BYTES, vh, jn * BC, seq, tid);
+            load_tile_swizzled<D, BC, NT>(sK + (jn % KS) * KV_BYTES, kh, jn * BC, seq, tid);
+            load_tile_swizzled<D, BC, NT>(sV + (jn % VS) * KV_BYTES, vh, jn * BC, seq, tid);
         }
         cp_async_commit();
     };

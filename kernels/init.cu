@@ -6,6 +6,8 @@
 // torch.nn.init.trunc_normal_(std=s, a=-3s, b=3s) in distribution (not in values: PyTorch's
 // generator is not reproduced).
 
+#include "common.cuh"
+
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -1,6 +1,8 @@
 // Cross-entropy over the vocabulary, in fp32 from logits of either type (PyTorch's
 // `cross_entropy(logits.float(), targets)`, mean over rows), fused with its gradient.
 
+#include "common.cuh"
+
 // One block per row: row_loss[r] = logsumexp(x) - x[target]; when dlogits is given,
 // dlogits = (softmax(x) - onehot(target)) * inv_n.
 template <typename T>

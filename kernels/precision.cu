@@ -29,6 +29,8 @@
 // library's (within 2 ulp), so the toy's loss and gradients agree with the CPU emulation to a few
 // ulp rather than bit for bit.
 
+#include "common.cuh"
+
 typedef unsigned short f16_t;
 
 #define FMT_F32 0

@@ -2,6 +2,8 @@
 // The residual stream x is always fp32; y is written in the activation type (fp32, or bf16 when
 // it only feeds bf16 GEMMs, which is what autocast would cast it to).
 
+#include "common.cuh"
+
 template <typename TO>
 __device__ void rmsnorm_fwd_body(const float* x, const float* w, TO* y, float* rstd, int d, float eps) {
     i64 r = blockIdx.x;

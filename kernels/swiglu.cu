@@ -1,6 +1,8 @@
 // SwiGLU's gate: g = silu(h1) * h3, where [h1 | h3] is one row of the fused W1/W3 GEMM's output
 // ([rows, 2*dff]). Math in fp32.
 
+#include "common.cuh"
+
 template <typename T>
 __device__ void swiglu_fwd_body(const T* h13, T* g, i64 rows, int dff) {
     i64 n = rows * dff;

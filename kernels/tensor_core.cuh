@@ -1,7 +1,6 @@
-// Inline-PTX wrappers for the tensor-core kernels (FlashAttention): every `asm` of those kernels
-// lives here, so the kernel files hold none. `collect` puts this text in front of a kernel file
-// that uses it, after `common.cuh` (NVRTC has no include path for our own headers). sm_80 or
-// newer (mma.sync bf16, ldmatrix, cp.async); `red_add_f32x2` needs sm_90 (PTX ISA 8.1); the
+// Inline-PTX wrappers for the tensor-core kernels (FlashAttention, through flash_common.cuh):
+// every `asm` of those kernels lives here, so the kernel files hold none. sm_80 or newer
+// (mma.sync bf16, ldmatrix, cp.async); `red_add_f32x2` needs sm_90 (PTX ISA 8.1); the
 // warpgroup-MMA part at the end (wgmma, fence.proxy.async) needs sm_90a and is only defined when
 // compiling for it (--gpu-architecture=sm_90a), so the rest still compiles for plain sm_90.
 //
@@ -13,6 +12,9 @@
 //   C/D (16x8, fp32):     c[0] = (g, 2t), c[1] = (g, 2t+1), c[2] = (g+8, 2t), c[3] = (g+8, 2t+1)
 // ldmatrix: lane 8i+r gives the address of row r of 8x8 matrix i (16 bytes, 16-byte aligned); each
 // lane gets, per matrix, row g, columns 2t..2t+1 (with .trans: rows 2t..2t+1 of column g).
+
+#ifndef TENSOR_CORE_CUH
+#define TENSOR_CORE_CUH
 
 // Generic pointer into shared memory -> shared-window address.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -40,28 +42,22 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ void ldmatrix_x1(unsigned (&r)[1], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x1_trans(unsigned (&r)[1], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(unsigned (&r)[2], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
+// ldmatrix_x<N>[_trans](r, addr): N 8x8 matrices into r[0 .. N-1] (addr is operand %N).
+#define LDMATRIX(NAME, N, TRANS, REGS, OUTS)                                                             \
+    __device__ __forceinline__ void NAME(unsigned (&r)[N], unsigned addr) {                                \
+        asm volatile("ldmatrix.sync.aligned.m8n8.x" #N TRANS ".shared.b16 {" REGS "}, [%" #N "];\n"          \
+                     : OUTS                                                                                \
+                     : "r"(addr));                                                                         \
+    }
+#define LDMATRIX_OUT1 "=r"(r[0])
+#define LDMATRIX_OUT2 LDMATRIX_OUT1, "=r"(r[1])
+#define LDMATRIX_OUT4 LDMATRIX_OUT2, "=r"(r[2]), "=r"(r[3])
+LDMATRIX(ldmatrix_x1, 1, "", "%0", LDMATRIX_OUT1)
+LDMATRIX(ldmatrix_x2, 2, "", "%0, %1", LDMATRIX_OUT2)
+LDMATRIX(ldmatrix_x4, 4, "", "%0, %1, %2, %3", LDMATRIX_OUT4)
+LDMATRIX(ldmatrix_x1_trans, 1, ".trans", "%0", LDMATRIX_OUT1)
+LDMATRIX(ldmatrix_x2_trans, 2, ".trans", "%0, %1", LDMATRIX_OUT2)
+LDMATRIX(ldmatrix_x4_trans, 4, ".trans", "%0, %1, %2, %3", LDMATRIX_OUT4)
 
 // d += a * b, fp32 accumulation (m16n8k16, bf16 inputs).
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
@@ -153,112 +149,58 @@ __device__ void wgmma_rs_bf16_tb(float (&d)[N / 2], const unsigned (&a)[4], unsi
 template <int N>
 __device__ void wgmma_ss_bf16_ta_tb(float (&d)[N / 2], unsigned long long a_desc, unsigned long long b_desc, int scale_d);
 
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16<16>(float (&d)[8], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_bf16_tb<16>(float (&d)[8], const unsigned (&a)[4], unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16<32>(float (&d)[16], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_bf16_tb<32>(float (&d)[16], const unsigned (&a)[4], unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16<64>(float (&d)[32], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_bf16_tb<64>(float (&d)[32], const unsigned (&a)[4], unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16<128>(float (&d)[64], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs_bf16_tb<128>(float (&d)[64], const unsigned (&a)[4], unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16_ta_tb<8>(float (&d)[4], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16_ta_tb<16>(float (&d)[8], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16_ta_tb<32>(float (&d)[16], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss_bf16_ta_tb<64>(float (&d)[32], unsigned long long a_desc, unsigned long long b_desc, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
+// The specializations, one line a shape: WGMMA_D<R> lists the R accumulator operands d[0] ..
+// d[R - 1] ("+f", operands %0 .. %R-1) and WGMMA_R<R> their "%0, %1, ..." text; the operands after
+// them are numbered from R on (the descriptors or A registers, then scale_d).
+#define WGMMA_D4(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3])
+#define WGMMA_D8(o) WGMMA_D4(o), WGMMA_D4(o + 4)
+#define WGMMA_D16(o) WGMMA_D8(o), WGMMA_D8(o + 8)
+#define WGMMA_D32(o) WGMMA_D16(o), WGMMA_D16(o + 16)
+#define WGMMA_D64(o) WGMMA_D32(o), WGMMA_D32(o + 32)
+#define WGMMA_R4 "%0, %1, %2, %3"
+#define WGMMA_R8 WGMMA_R4 ", %4, %5, %6, %7"
+#define WGMMA_R16 WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define WGMMA_R32 WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WGMMA_R64 WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+// D(64xN) (+)= A(smem) * B(smem) as NAME<N>; operands a_desc %A0, b_desc %A1, scale_d %A2. TRANS:
+// the transpose bits of A and B ("0, 0": both K-major; "1, 1": A M-major, B N-major).
+#define WGMMA_SS(NAME, TRANS, N, D, R, A0, A1, A2)                                                         \
+    template <>                                                                                            \
+    __device__ __forceinline__ void NAME<N>(float (&d)[N / 2], unsigned long long a_desc,                  \
+                                            unsigned long long b_desc, int scale_d) {                      \
+        asm volatile(                                                                                      \
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
+            "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                                     \
+            "{" R "}, %" #A0 ", %" #A1 ", p, 1, 1, " TRANS ";\n}\n"                                          \
+            : D(0)                                                                                         \
+            : "l"(a_desc), "l"(b_desc), "r"(scale_d));                                                     \
+    }
+// D(64xN) (+)= A(registers) * B(smem, N-major); operands a %A0 .. %A0+3, b_desc %A4, scale_d %A5.
+#define WGMMA_RS_TB(N, D, R, A0, A1, A2, A3, A4, A5)                                                       \
+    template <>                                                                                            \
+    __device__ __forceinline__ void wgmma_rs_bf16_tb<N>(float (&d)[N / 2], const unsigned (&a)[4],         \
+                                                        unsigned long long b_desc, int scale_d) {          \
+        asm volatile(                                                                                      \
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %" #A5 ", 0;\n"                                               \
+            "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                                     \
+            "{" R "}, {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #A4 ", p, 1, 1, 1;\n}\n"                  \
+            : D(0)                                                                                         \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));                       \
+    }
+
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
+WGMMA_SS(wgmma_ss_bf16, "0, 0", 128, WGMMA_D64, WGMMA_R64, 64, 65, 66)
+WGMMA_RS_TB(16, WGMMA_D8, WGMMA_R8, 8, 9, 10, 11, 12, 13)
+WGMMA_RS_TB(32, WGMMA_D16, WGMMA_R16, 16, 17, 18, 19, 20, 21)
+WGMMA_RS_TB(64, WGMMA_D32, WGMMA_R32, 32, 33, 34, 35, 36, 37)
+WGMMA_RS_TB(128, WGMMA_D64, WGMMA_R64, 64, 65, 66, 67, 68, 69)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 8, WGMMA_D4, WGMMA_R4, 4, 5, 6)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 16, WGMMA_D8, WGMMA_R8, 8, 9, 10)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 32, WGMMA_D16, WGMMA_R16, 16, 17, 18)
+WGMMA_SS(wgmma_ss_bf16_ta_tb, "1, 1", 64, WGMMA_D32, WGMMA_R32, 32, 33, 34)
 #endif  // sm_90a
+
+#endif  // TENSOR_CORE_CUH

@@ -48,6 +48,14 @@ enum Command {
     Precision(PrecisionArgs),
 }
 
+/// `--format` of the commands that print a table of what they ran.
+#[derive(Args)]
+struct TableFormatArg {
+    /// Format of the table on stdout: table, markdown, csv, json.
+    #[arg(long, default_value = "table")]
+    format: Format,
+}
+
 /// `--checkpoint`, shared by the commands that run or plan a training step.
 #[derive(Args)]
 struct CheckpointArg {
@@ -132,9 +140,8 @@ struct BenchArgs {
     /// Write the results (all step times, device, memory) as JSON to this file.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Format of the table on stdout: table, markdown, csv, json.
-    #[arg(long, default_value = "table")]
-    format: Format,
+    #[command(flatten)]
+    table: TableFormatArg,
     /// Device memory from the driver's stream-ordered `pool` or the PyTorch-like `caching`
     /// allocator (default: caching with --memory-snapshot, else pool).
     #[arg(long)]
@@ -287,9 +294,8 @@ struct AttentionArgs {
     /// Write the rows as a JSON array to this file.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Format of the table on stdout: table, markdown, csv, json.
-    #[arg(long, default_value = "table")]
-    format: Format,
+    #[command(flatten)]
+    table: TableFormatArg,
 }
 
 impl AttentionArgs {
@@ -410,12 +416,12 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         report::write_results_file(path, &rows, &rt.gpu.info, &opts)?;
     }
     let table = report::document(&rows, &rt.gpu.info);
-    Ok(print(&render::render_to_string(a.format, &table))?)
+    Ok(print(&render::render_to_string(a.table.format, &table))?)
 }
 
 fn run_attention(a: AttentionArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let (out, format) = (a.out.clone(), a.format);
+    let (out, format) = (a.out.clone(), a.table.format);
     let opts = a.options()?;
     let rt = Runtime::open()?;
     let terminal = std::io::stderr().is_terminal();

@@ -7,12 +7,12 @@ only) on two exports, plain or gzip-compressed.
 
     python3 scripts/gpu/trace_vs_nsys.py TRACE.sqlite[.gz] NSYS.sqlite[.gz] [LABEL]
 """
-import gzip
 import os
-import shutil
-import sqlite3
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import nsys_export  # noqa: E402
 
 QUERY = """
 SELECT s.value, COUNT(*), SUM(k.end - k.start)
@@ -23,16 +23,7 @@ GROUP BY s.value
 
 def kernels(path, tmp):
     """Per demangled name: (instances, total ns). A .gz export is unpacked into tmp first."""
-    if path.endswith(".gz"):
-        plain = os.path.join(tmp, os.path.basename(path)[:-3])
-        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path = plain
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {name: (n, ns) for name, n, ns in con.execute(QUERY)}
-    finally:
-        con.close()
+    return {name: (n, ns) for name, n, ns in nsys_export.query(path, QUERY, tmp)}
 
 
 def main(trace_path, nsys_path, label):

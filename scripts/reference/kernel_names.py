@@ -7,12 +7,11 @@ captures (small fp32 and bf16 at ctx 128, large fp32 at ctx 256).
 
     python3 scripts/reference/kernel_names.py OUT.tsv EXPORT.sqlite[.gz]...
 """
-import gzip
 import os
-import shutil
-import sqlite3
 import sys
 import tempfile
+
+import nsys_export
 
 QUERY = """
 SELECT DISTINCT m.value, d.value, s.value
@@ -24,16 +23,7 @@ JOIN StringIds AS s ON s.id = k.shortName
 
 
 def names(path, tmp):
-    if path.endswith(".gz"):
-        plain = os.path.join(tmp, os.path.basename(path)[:-3])
-        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path = plain
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return list(con.execute(QUERY))
-    finally:
-        con.close()
+    return nsys_export.query(path, QUERY, tmp)
 
 
 def main(out, exports):

@@ -85,9 +85,14 @@ def main():
                     print(json.dumps({k: v for k, v in r.items() if k != "step_ms"}), flush=True)
                     rows.append(r)
     if a.out:
-        with open(a.out + ".tmp", "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(a.out + ".tmp", a.out)
+        write_json(a.out, rows)
+
+
+def write_json(path, rows):
+    """`rows` as a JSON array in `path`, written whole or not at all (through a .tmp beside it)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

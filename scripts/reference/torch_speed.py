@@ -97,9 +97,7 @@ def main():
             print(json.dumps(r), flush=True)
             rows.append(r)
     if a.out:
-        with open(a.out + ".tmp", "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(a.out + ".tmp", a.out)
+        torch_bench.write_json(a.out, rows)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,7 @@ use collect::transformer::attention::{AttentionCore, Input};
 use collect::transformer::config::{Attention, Precision};
 use collect::transformer::reference::{self, AttentionShape};
 
-use crate::{runtime, splitmix_values};
-
-/// f32 to bf16 bits, round to nearest even (as the kernels' own conversion).
-fn to_bf16(x: f32) -> u16 {
-    let u = x.to_bits();
-    ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
-}
-
-fn from_bf16(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
-}
+use crate::{download, from_bf16, max_diff_and_max, runtime, splitmix_values, to_bf16};
 
 /// Host values in `act`, uploaded; returns the buffer and the values as the device holds them.
 fn upload(rt: &Runtime, act: DType, values: &[f32]) -> (Buffer, Vec<f64>) {
@@ -39,28 +29,10 @@ fn upload(rt: &Runtime, act: DType, values: &[f32]) -> (Buffer, Vec<f64>) {
     }
 }
 
-fn download(rt: &Runtime, b: &Buffer) -> Vec<f32> {
-    match b.dtype() {
-        DType::Bf16 => rt
-            .gpu
-            .download::<u16>(b.ptr(), b.len())
-            .unwrap()
-            .into_iter()
-            .map(from_bf16)
-            .collect(),
-        _ => rt.gpu.download::<f32>(b.ptr(), b.len()).unwrap(),
-    }
-}
-
 /// max |a - b| / max |b|, or max |a - b| where b vanishes.
 fn rel(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let num = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - y).abs())
-        .fold(0.0, f64::max);
-    let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
+    let (num, den) = max_diff_and_max(a, b);
     // A gradient that is zero in exact arithmetic (seq 1: one visible key, so dS = 0 and dq = dk
     // = 0) leaves only f64 rounding residue in the reference: compare it in absolute terms.
     if den < 1e-9 {

@@ -13,16 +13,7 @@ use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunC
 use collect::transformer::params::ParamLayout;
 use collect::transformer::{Model, OptimizerSchedule, StepOptions};
 
-use crate::{runtime, splitmix_values, tiny};
-
-fn to_bf16(x: f32) -> u16 {
-    let u = x.to_bits();
-    ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
-}
-
-fn from_bf16(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
-}
+use crate::{download as down, from_bf16, runtime, splitmix_values, tiny, to_bf16};
 
 fn up(rt: &Runtime, v: &[f32]) -> Buffer {
     rt.gpu.upload(DType::F32, v).unwrap()
@@ -33,16 +24,19 @@ fn up_bf16(rt: &Runtime, v: &[f32]) -> Buffer {
     rt.gpu.upload(DType::Bf16, &bits).unwrap()
 }
 
-fn down(rt: &Runtime, b: &Buffer) -> Vec<f32> {
-    match b.dtype() {
-        DType::Bf16 => rt
-            .gpu
-            .download::<u16>(b.ptr(), b.len())
-            .unwrap()
-            .into_iter()
-            .map(from_bf16)
-            .collect(),
-        _ => rt.gpu.download(b.ptr(), b.len()).unwrap(),
+/// `v` uploaded in `act` (bf16 rounded to nearest even).
+fn upload_as(rt: &Runtime, act: DType, v: &[f32]) -> Buffer {
+    match act {
+        DType::Bf16 => up_bf16(rt, v),
+        _ => up(rt, v),
+    }
+}
+
+/// `v` as the device holds it in `act`.
+fn as_stored(act: DType, v: &[f32]) -> Vec<f32> {
+    match act {
+        DType::Bf16 => v.iter().map(|&x| from_bf16(to_bf16(x))).collect(),
+        _ => v.to_vec(),
     }
 }
 
@@ -298,16 +292,8 @@ fn sixteen_byte_swiglu_matches_the_cpu() {
             .collect::<Vec<_>>();
         let dg = splitmix_values(rows * dff, 21);
         for act in [DType::F32, DType::Bf16] {
-            let load = |v: &[f32]| match act {
-                DType::Bf16 => up_bf16(&rt, v),
-                _ => up(&rt, v),
-            };
-            let exact = |v: &[f32]| -> Vec<f32> {
-                match act {
-                    DType::Bf16 => v.iter().map(|&x| from_bf16(to_bf16(x))).collect(),
-                    _ => v.to_vec(),
-                }
-            };
+            let load = |v: &[f32]| upload_as(&rt, act, v);
+            let exact = |v: &[f32]| as_stored(act, v);
             let (h, d) = (load(&h13), load(&dg));
             let (hx, dx) = (exact(&h13), exact(&dg));
             let g = zeros(&rt, act, rows * dff);
@@ -369,16 +355,8 @@ fn sixteen_byte_rope_and_head_moves_match_the_cpu() {
         let qkv0 = splitmix_values(b * t * 3 * dm, 30);
         let grads0 = splitmix_values(3 * n, 31);
         for act in [DType::F32, DType::Bf16] {
-            let load = |v: &[f32]| match act {
-                DType::Bf16 => up_bf16(&rt, v),
-                _ => up(&rt, v),
-            };
-            let exact = |v: &[f32]| -> Vec<f32> {
-                match act {
-                    DType::Bf16 => v.iter().map(|&x| from_bf16(to_bf16(x))).collect(),
-                    _ => v.to_vec(),
-                }
-            };
+            let load = |v: &[f32]| upload_as(&rt, act, v);
+            let exact = |v: &[f32]| as_stored(act, v);
             let qkv = load(&qkv0);
             let qx = exact(&qkv0);
             let (q, k, v) = (zeros(&rt, act, n), zeros(&rt, act, n), zeros(&rt, act, n));
@@ -471,10 +449,7 @@ fn cublaslt_adds_the_residual_into_a_new_buffer() {
             let b0 = splitmix_values(k * n, 41);
             let c0 = splitmix_values(m * n, 42);
             for act in [DType::F32, DType::Bf16] {
-                let load = |v: &[f32]| match act {
-                    DType::Bf16 => up_bf16(&rt, v),
-                    _ => up(&rt, v),
-                };
+                let load = |v: &[f32]| upload_as(&rt, act, v);
                 let (a, b) = (load(&a0), load(&b0));
                 let c = up(&rt, &c0);
                 let want = up(&rt, &c0);

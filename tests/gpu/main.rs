@@ -18,6 +18,7 @@ mod flash_model;
 mod fused;
 mod precision;
 
+use collect::gpu::device_memory::{Buffer, DType};
 use collect::gpu::ops::Runtime;
 use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 use collect::transformer::params::ParamLayout;
@@ -71,15 +72,45 @@ fn cosine(x: &[f32], y: &[f32]) -> f64 {
     dot / (nx * ny)
 }
 
-/// max |a - b| / max |b|.
-fn rel_max(a: &[f32], b: &[f64]) -> f64 {
+/// max |a - b| and max |b|.
+fn max_diff_and_max(a: &[f32], b: &[f64]) -> (f64, f64) {
     let num = a
         .iter()
         .zip(b)
         .map(|(x, y)| (*x as f64 - y).abs())
         .fold(0.0, f64::max);
     let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
+    (num, den)
+}
+
+/// max |a - b| / max |b|.
+fn rel_max(a: &[f32], b: &[f64]) -> f64 {
+    let (num, den) = max_diff_and_max(a, b);
     num / den
+}
+
+/// f32 to bf16 bits, round to nearest even (as the kernels' own conversion).
+fn to_bf16(x: f32) -> u16 {
+    let u = x.to_bits();
+    ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
+}
+
+fn from_bf16(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// The values of a device buffer, bf16 widened to f32.
+fn download(rt: &Runtime, b: &Buffer) -> Vec<f32> {
+    match b.dtype() {
+        DType::Bf16 => rt
+            .gpu
+            .download::<u16>(b.ptr(), b.len())
+            .unwrap()
+            .into_iter()
+            .map(from_bf16)
+            .collect(),
+        _ => rt.gpu.download::<f32>(b.ptr(), b.len()).unwrap(),
+    }
 }
 
 struct Run {

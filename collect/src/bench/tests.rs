@@ -2,6 +2,20 @@
 
 use super::*;
 
+/// A bf16 training step of `size` at `ctx`, batch 4, naive attention, no checkpointing.
+fn bf16_training(size: &str, ctx: usize) -> RunConfig {
+    RunConfig {
+        model: ModelConfig::preset(size).unwrap(),
+        ctx,
+        batch: 4,
+        mode: Mode::Train,
+        precision: Precision::Bf16,
+        tf32: false,
+        attention: Attention::Naive,
+        checkpoint: false,
+    }
+}
+
 #[test]
 fn grid_runs_every_combination_in_order() {
     let opts = BenchOptions {
@@ -59,16 +73,7 @@ fn grid_runs_every_combination_in_order() {
 
 #[test]
 fn sweeps_label_each_configuration_file() {
-    let run = RunConfig {
-        model: ModelConfig::preset("small").unwrap(),
-        ctx: 256,
-        batch: 4,
-        mode: Mode::Train,
-        precision: Precision::Bf16,
-        tf32: false,
-        attention: Attention::Naive,
-        checkpoint: false,
-    };
+    let run = bf16_training("small", 256);
     let p = |s: &str, many| output_path(Path::new(s), &run, many);
     assert_eq!(p("out/t.sqlite", false), Path::new("out/t.sqlite"));
     assert_eq!(
@@ -98,16 +103,7 @@ fn sweeps_label_each_configuration_file() {
 
 #[test]
 fn rows_that_did_not_run_say_why_and_what_to_try() {
-    let run = RunConfig {
-        model: ModelConfig::preset("2.7B").unwrap(),
-        ctx: 8192,
-        batch: 4,
-        mode: Mode::Train,
-        precision: Precision::Bf16,
-        tf32: false,
-        attention: Attention::Naive,
-        checkpoint: false,
-    };
+    let run = bf16_training("2.7B", 8192);
     let r = run.refusal().expect("naive is refused");
     let refused = Outcome::Refused {
         hint: r.hint(),

@@ -1,11 +1,12 @@
 //! Our CUDA kernels: the `.cu` files of the workspace's `kernels/` folder, embedded in the binary,
 //! compiled by NVRTC once per run for the GPU's architecture and loaded into the context. Each
-//! file is compiled on its own with `common.cuh` put in front of it, and the FlashAttention files
-//! with `tensor_core.cuh` after that (a `#line` directive keeps NVRTC's line numbers those of the
-//! file). Which files are built, and for which architecture, follows from the file's name
-//! ([`compile_target`]): a `*_sm90.cu` file is built for `sm_90a` on a 9.0 device and skipped
-//! elsewhere. Loading sets each FlashAttention kernel's shared-memory limit from its launch table
-//! ([`crate::gpu::flash`]). This module does not launch anything.
+//! file is compiled on its own; the `#include "*.cuh"` lines of our own headers are resolved here
+//! ([`expand_includes`]), with `#line` directives that keep NVRTC's diagnostics at the line of the
+//! file each line comes from. Which files are built, and for which architecture, follows from the
+//! file ([`compile_target`]): a `*_sm90.cu` file is built for `sm_90a` on a 9.0 device and skipped
+//! elsewhere, a file that includes `tensor_core.cuh` needs sm_90 or newer. Loading sets each
+//! FlashAttention kernel's shared-memory limit from its launch table ([`crate::gpu::flash`]).
+//! This module does not launch anything.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,9 +25,12 @@ macro_rules! kernel_source {
     };
 }
 
-const COMMON: &str = kernel_source!("common.cuh");
-/// The inline-PTX wrappers of the tensor-core kernels, put after `common.cuh`.
-const TENSOR_CORE: &str = kernel_source!("tensor_core.cuh");
+/// (file name, source) of every header the kernel files include.
+const HEADERS: [(&str, &str); 3] = [
+    ("common.cuh", kernel_source!("common.cuh")),
+    ("tensor_core.cuh", kernel_source!("tensor_core.cuh")),
+    ("flash_common.cuh", kernel_source!("flash_common.cuh")),
+];
 
 /// (file name, source) of every kernel file.
 pub const SOURCES: [(&str, &str); 12] = [
@@ -62,10 +66,61 @@ pub fn nvrtc_available() -> bool {
     unsafe { nvrtc::sys::is_culib_present() }
 }
 
-/// The headers a file is compiled with, in order: `common.cuh`, and `tensor_core.cuh` for the
-/// tensor-core files (FlashAttention's, and every Hopper-only file).
+/// Whether `file` uses the tensor-core wrappers: it includes `tensor_core.cuh`, itself or through
+/// another header.
 fn uses_tensor_cores(file: &str) -> bool {
-    file.starts_with("flash_") || file.ends_with("_sm90.cu")
+    SOURCES
+        .iter()
+        .find(|(name, _)| *name == file)
+        .is_some_and(|&(name, src)| {
+            expand_includes(name, src, &HEADERS).contains("#line 1 \"tensor_core.cuh\"")
+        })
+}
+
+/// The header `line` includes with `#include "name"`, if it is such a line.
+fn quoted_include(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix('#')?.trim_start();
+    let rest = rest
+        .strip_prefix("include")?
+        .trim_start()
+        .strip_prefix('"')?;
+    rest.split_once('"').map(|(name, _)| name)
+}
+
+/// `src`, the text of `file`, with every `#include "name"` of one of `headers` replaced by that
+/// header's text, its own includes expanded the same way. A header goes in at its first include
+/// only, as if each had `#pragma once`. `#line` directives around each header keep NVRTC's
+/// diagnostics at the file and line each line comes from; any other line, other includes among
+/// them, stays as it is (NVRTC reports an include it cannot open at the right line).
+pub fn expand_includes(file: &str, src: &str, headers: &[(&str, &str)]) -> String {
+    fn expand<'a>(
+        out: &mut String,
+        file: &str,
+        src: &str,
+        headers: &[(&'a str, &'a str)],
+        included: &mut Vec<&'a str>,
+    ) {
+        out.push_str(&format!("#line 1 \"{file}\"\n"));
+        for (index, line) in src.lines().enumerate() {
+            let header = quoted_include(line)
+                .and_then(|name| headers.iter().find(|(header, _)| *header == name));
+            match header {
+                Some(&(name, text)) if !included.contains(&name) => {
+                    included.push(name);
+                    expand(out, name, text, headers, included);
+                    out.push_str(&format!("#line {} \"{file}\"\n", index + 2));
+                }
+                Some(_) => out.push('\n'),
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    let mut out = String::with_capacity(src.len());
+    expand(&mut out, file, src, headers, &mut Vec::new());
+    out
 }
 
 /// The `--gpu-architecture` to build `file` for on a device of compute capability `cc`, or `None`
@@ -102,14 +157,9 @@ pub fn compile_all(cc: (i32, i32)) -> Result<Vec<(&'static str, Ptx)>> {
     })
 }
 
-/// `file` (its text `src`) compiled for `arch` with the headers it needs in front.
+/// `file` (its text `src`) compiled for `arch`, with the headers it includes.
 fn compile_one(file: &'static str, src: &str, arch: &str) -> Result<(&'static str, Ptx)> {
-    let headers = if uses_tensor_cores(file) {
-        format!("{COMMON}\n{TENSOR_CORE}")
-    } else {
-        COMMON.to_owned()
-    };
-    let text = format!("{headers}\n#line 1 \"{file}\"\n{src}");
+    let text = expand_includes(file, src, &HEADERS);
     let opts = CompileOptions {
         options: vec![
             format!("--gpu-architecture={arch}"),
@@ -268,6 +318,31 @@ mod tests {
         );
         assert_eq!(compile_target("flash_attention_fwd_sm90.cu", (10, 0)), None);
         assert!(uses_tensor_cores("flash_attention_bwd.cu") && !uses_tensor_cores("attention.cu"));
+    }
+
+    #[test]
+    fn includes_are_expanded_once_with_line_directives() {
+        let headers = [("a.cuh", "#include \"b.cuh\"\nint a;"), ("b.cuh", "int b;")];
+        let src = "// top\n#include \"a.cuh\"\n  # include \"b.cuh\"\n#include <cuda.h>\nint k;\n";
+        assert_eq!(
+            expand_includes("k.cu", src, &headers),
+            "#line 1 \"k.cu\"\n// top\n\
+             #line 1 \"a.cuh\"\n\
+             #line 1 \"b.cuh\"\nint b;\n#line 2 \"a.cuh\"\nint a;\n\
+             #line 3 \"k.cu\"\n\n#include <cuda.h>\nint k;\n"
+        );
+    }
+
+    #[test]
+    fn every_quoted_include_of_a_kernel_file_is_a_known_header() {
+        for (file, src) in SOURCES.iter().chain(HEADERS.iter()) {
+            for name in src.lines().filter_map(quoted_include) {
+                assert!(
+                    HEADERS.iter().any(|(header, _)| *header == name),
+                    "{file} includes {name}, which is not embedded"
+                );
+            }
+        }
     }
 
     #[test]

@@ -244,16 +244,7 @@ impl Runtime {
         v: u64,
         s: AttnShape,
     ) -> Result<()> {
-        if heads_vectorized(&s) {
-            let name = format!("rope_fwd_vec_{}", suffix(act));
-            launch!(self, name, self.stride_grid(s.elements() * act.bytes() / 16), (THREADS, 1, 1);
-                qkv, cs, q, k, v, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
-            return Ok(());
-        }
-        let name = format!("rope_fwd_{}", suffix(act));
-        launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
-            qkv, cs, q, k, v, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
-        Ok(())
+        self.rope("rope_fwd", act, [qkv, cs, q, k, v], s)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -267,15 +258,28 @@ impl Runtime {
         dqkv: u64,
         s: AttnShape,
     ) -> Result<()> {
-        if heads_vectorized(&s) {
-            let name = format!("rope_bwd_vec_{}", suffix(act));
-            launch!(self, name, self.stride_grid(s.elements() * act.bytes() / 16), (THREADS, 1, 1);
-                dq, dk, dv, cs, dqkv, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
-            return Ok(());
-        }
-        let name = format!("rope_bwd_{}", suffix(act));
-        launch!(self, name, self.stride_grid(s.elements() / 2), (THREADS, 1, 1);
-            dq, dk, dv, cs, dqkv, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
+        self.rope("rope_bwd", act, [dq, dk, dv, cs, dqkv], s)
+    }
+
+    /// `kernel` (`rope_fwd` or `rope_bwd`) over shape `s` with its five buffers in the kernel's
+    /// order: the 16-byte vector version where the shape allows it, else one pair per thread.
+    fn rope(
+        &self,
+        kernel: &str,
+        act: DType,
+        [a, b, c, d, e]: [u64; 5],
+        s: AttnShape,
+    ) -> Result<()> {
+        let (name, items) = if heads_vectorized(&s) {
+            (
+                format!("{kernel}_vec_{}", suffix(act)),
+                s.elements() * act.bytes() / 16,
+            )
+        } else {
+            (format!("{kernel}_{}", suffix(act)), s.elements() / 2)
+        };
+        launch!(self, name, self.stride_grid(items), (THREADS, 1, 1);
+            a, b, c, d, e, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
         Ok(())
     }
 

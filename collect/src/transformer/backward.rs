@@ -14,6 +14,7 @@
 //! final norm's backward, each block after its own, between blocks (outside any module frame).
 
 use super::forward::{Forward, LayerSaved};
+use super::linear::Linear;
 use super::optimizer::Updates;
 use super::Model;
 use crate::error::Result;
@@ -159,16 +160,13 @@ impl Model<'_> {
         rt.swiglu_bwd(act, s.h13.ptr(), dg.ptr(), dh13.ptr(), bt, f)?;
         drop((dg, s.h13));
         let w13 = self.linear(lo.w13, d, 2 * f);
-        let dh2 = self.linear_backward(
+        let dh2 = self.input_projection_backward(
             w13,
-            Mat::new(dh13.ptr(), act),
-            Mat::new(s.h2.ptr(), act),
-            "ffn.w1_w3",
-            DType::F32,
+            &dh13,
+            (s.h2, "ffn.w1_w3"),
+            (&s.x_mid, &s.rstd2, lo.ln2),
+            grad,
         )?;
-        // dh13 has served: its memory holds the norm's partial sums before it is freed.
-        drop(s.h2);
-        self.norm_backward(&dh2, &s.x_mid, &s.rstd2, lo.ln2, grad, true, Some(&dh13))?;
         drop((dh13, dh2, s.x_mid, s.rstd2));
 
         // Attention output projection: x_mid = x + attn Woᵀ.
@@ -199,17 +197,39 @@ impl Model<'_> {
         )?;
         drop((dq, dk, dv));
         let wqkv = self.linear(lo.wqkv, d, 3 * d);
-        let dh1 = self.linear_backward(
+        let _dh1 = self.input_projection_backward(
             wqkv,
-            Mat::new(dqkv.ptr(), act),
-            Mat::new(s.h1.ptr(), act),
-            "attn.qkv_proj",
+            &dqkv,
+            (s.h1, "attn.qkv_proj"),
+            (&s.x_in, &s.rstd1, lo.ln1),
+            grad,
+        )?;
+        Ok(())
+    }
+
+    /// The backward of one of the block's input projections, `y = h Wᵀ` over
+    /// `h = rmsnorm(x) * gain`: `dh` from `dy` (fp32), `h` freed once it has served, then the
+    /// norm's backward added into the residual gradient. `dy` has served by then: its memory
+    /// holds the norm's partial sums. Returns `dh` for the caller to free with the rest.
+    fn input_projection_backward(
+        &self,
+        proj: Linear,
+        dy: &Buffer,
+        (h, frame): (Buffer, &str),
+        (x, rstd, gain): (&Buffer, &Buffer, usize),
+        grad: &ResidualGrad,
+    ) -> Result<Buffer> {
+        let act = self.act();
+        let dh = self.linear_backward(
+            proj,
+            Mat::new(dy.ptr(), act),
+            Mat::new(h.ptr(), act),
+            frame,
             DType::F32,
         )?;
-        // Likewise dqkv.
-        drop(s.h1);
-        self.norm_backward(&dh1, &s.x_in, &s.rstd1, lo.ln1, grad, true, Some(&dqkv))?;
-        Ok(())
+        drop(h);
+        self.norm_backward(&dh, x, rstd, gain, grad, true, Some(dy))?;
+        Ok(dh)
     }
 
     /// The backward of `y = rmsnorm(x) * gain` (`gain` the offset of the gain vector) given `dy`

@@ -20,6 +20,19 @@ pub(super) struct Linear {
     pub(super) d_out: usize,
 }
 
+impl Linear {
+    /// The GEMM of the forward, `x Wᵀ`: `[rows, d_in]` times the transpose of `[d_out, d_in]`.
+    fn forward_gemm(self) -> Gemm {
+        Gemm {
+            ta: false,
+            tb: true,
+            m: self.rows,
+            n: self.d_out,
+            k: self.d_in,
+        }
+    }
+}
+
 impl Model<'_> {
     /// The layer whose weight starts at `weight`, over the run's tokens.
     pub(super) fn linear(&self, weight: usize, d_in: usize, d_out: usize) -> Linear {
@@ -33,20 +46,9 @@ impl Model<'_> {
 
     /// `y = x Wᵀ + beta * y`.
     pub(super) fn linear_forward(&self, lin: Linear, x: Mat, beta: f32, y: Mat) -> Result<()> {
-        self.rt.blas.gemm(
-            Gemm {
-                ta: false,
-                tb: true,
-                m: lin.rows,
-                n: lin.d_out,
-                k: lin.d_in,
-            },
-            1.0,
-            x,
-            self.weight(lin.weight),
-            beta,
-            y,
-        )
+        self.rt
+            .blas
+            .gemm(lin.forward_gemm(), 1.0, x, self.weight(lin.weight), beta, y)
     }
 
     /// `out = residual + x Wᵀ` (both fp32, `out` a buffer of its own), in the GEMM's epilogue.
@@ -58,13 +60,7 @@ impl Model<'_> {
         out: &Buffer,
     ) -> Result<()> {
         self.rt.blas.gemm_add(
-            Gemm {
-                ta: false,
-                tb: true,
-                m: lin.rows,
-                n: lin.d_out,
-                k: lin.d_in,
-            },
+            lin.forward_gemm(),
             x,
             self.weight(lin.weight),
             Mat::new(residual.ptr(), DType::F32),

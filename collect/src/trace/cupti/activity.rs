@@ -18,15 +18,36 @@ pub enum ApiDomain {
     Runtime,
 }
 
-/// A kernel execution, copied out of a CUPTI record.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KernelActivity {
+/// When and where an operation ran on the GPU, and the call that launched it: the fields every
+/// GPU record (kernel, memcpy, memset) has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuSpan {
     pub start: u64,
     pub end: u64,
     pub device_id: u32,
     pub context_id: u32,
     pub stream_id: u32,
     pub correlation_id: u32,
+}
+
+/// The [`GpuSpan`] of a CUPTI GPU record (every kind names these fields alike).
+macro_rules! gpu_span {
+    ($r:expr) => {
+        GpuSpan {
+            start: $r.start,
+            end: $r.end,
+            device_id: $r.deviceId,
+            context_id: $r.contextId,
+            stream_id: $r.streamId,
+            correlation_id: $r.correlationId,
+        }
+    };
+}
+
+/// A kernel execution, copied out of a CUPTI record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelActivity {
+    pub span: GpuSpan,
     pub grid: [i32; 3],
     pub block: [i32; 3],
     pub registers_per_thread: u16,
@@ -66,12 +87,7 @@ pub struct MemcpyActivity {
     pub src_kind: u8,
     pub dst_kind: u8,
     pub bytes: u64,
-    pub start: u64,
-    pub end: u64,
-    pub device_id: u32,
-    pub context_id: u32,
-    pub stream_id: u32,
-    pub correlation_id: u32,
+    pub span: GpuSpan,
 }
 
 /// A memset on the GPU.
@@ -79,12 +95,7 @@ pub struct MemcpyActivity {
 pub struct MemsetActivity {
     pub value: u32,
     pub bytes: u64,
-    pub start: u64,
-    pub end: u64,
-    pub device_id: u32,
-    pub context_id: u32,
-    pub stream_id: u32,
-    pub correlation_id: u32,
+    pub span: GpuSpan,
     /// `CUpti_ActivityMemoryKind`.
     pub memory_kind: u16,
 }
@@ -157,12 +168,7 @@ pub unsafe fn activity_from_record(
             // SAFETY: both union members are one byte.
             let cache = unsafe { r.cacheConfig.both };
             Some(Activity::Kernel(KernelActivity {
-                start: r.start,
-                end: r.end,
-                device_id: r.deviceId,
-                context_id: r.contextId,
-                stream_id: r.streamId,
-                correlation_id: r.correlationId,
+                span: gpu_span!(r),
                 grid: [r.gridX, r.gridY, r.gridZ],
                 block: [r.blockX, r.blockY, r.blockZ],
                 registers_per_thread: r.registersPerThread,
@@ -206,12 +212,7 @@ pub unsafe fn activity_from_record(
                 src_kind: r.srcKind,
                 dst_kind: r.dstKind,
                 bytes: r.bytes,
-                start: r.start,
-                end: r.end,
-                device_id: r.deviceId,
-                context_id: r.contextId,
-                stream_id: r.streamId,
-                correlation_id: r.correlationId,
+                span: gpu_span!(r),
             }))
         }
         kind::MEMSET => {
@@ -221,12 +222,7 @@ pub unsafe fn activity_from_record(
             Some(Activity::Memset(MemsetActivity {
                 value: r.value,
                 bytes: r.bytes,
-                start: r.start,
-                end: r.end,
-                device_id: r.deviceId,
-                context_id: r.contextId,
-                stream_id: r.streamId,
-                correlation_id: r.correlationId,
+                span: gpu_span!(r),
                 memory_kind: r.memoryKind,
             }))
         }

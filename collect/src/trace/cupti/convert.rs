@@ -91,12 +91,12 @@ impl RecordConverter {
                     }
                 };
                 out.kernels.push(KernelRecord {
-                    start: k.start as i64,
-                    end: k.end as i64,
-                    device_id: k.device_id,
-                    context_id: k.context_id,
-                    stream_id: k.stream_id,
-                    correlation_id: k.correlation_id,
+                    start: k.span.start as i64,
+                    end: k.span.end as i64,
+                    device_id: k.span.device_id,
+                    context_id: k.span.context_id,
+                    stream_id: k.span.stream_id,
+                    correlation_id: k.span.correlation_id,
                     pid: self.pid,
                     name,
                     short_name: short,
@@ -140,12 +140,12 @@ impl RecordConverter {
                 });
             }
             Activity::Memcpy(m) => out.memcpys.push(MemcpyRecord {
-                start: m.start as i64,
-                end: m.end as i64,
-                device_id: m.device_id,
-                context_id: m.context_id,
-                stream_id: m.stream_id,
-                correlation_id: m.correlation_id,
+                start: m.span.start as i64,
+                end: m.span.end as i64,
+                device_id: m.span.device_id,
+                context_id: m.span.context_id,
+                stream_id: m.span.stream_id,
+                correlation_id: m.span.correlation_id,
                 pid: self.pid,
                 bytes: m.bytes,
                 // CUPTI's and nsys's copy kinds share their numbering.
@@ -154,12 +154,12 @@ impl RecordConverter {
                 dst_kind: nsys_memory_kind(m.dst_kind as u16),
             }),
             Activity::Memset(m) => out.memsets.push(MemsetRecord {
-                start: m.start as i64,
-                end: m.end as i64,
-                device_id: m.device_id,
-                context_id: m.context_id,
-                stream_id: m.stream_id,
-                correlation_id: m.correlation_id,
+                start: m.span.start as i64,
+                end: m.span.end as i64,
+                device_id: m.span.device_id,
+                context_id: m.span.context_id,
+                stream_id: m.span.stream_id,
+                correlation_id: m.span.correlation_id,
                 pid: self.pid,
                 value: m.value,
                 bytes: m.bytes,

@@ -20,8 +20,8 @@ mod convert;
 mod tracer;
 
 pub use activity::{
-    activity_from_record, Activity, ApiActivity, ApiDomain, KernelActivity, MemcpyActivity,
-    MemsetActivity, NameCache,
+    activity_from_record, Activity, ApiActivity, ApiDomain, GpuSpan, KernelActivity,
+    MemcpyActivity, MemsetActivity, NameCache,
 };
 pub use convert::{
     drop_calls_nsys_leaves_out, drop_nested_driver_calls, kernel_names, nsys_memory_kind,

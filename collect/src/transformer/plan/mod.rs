@@ -154,16 +154,37 @@ pub fn plan_with(choice: Checkpoint, run: &RunConfig, capacity: u64) -> Plan {
     p
 }
 
+/// The sizes of a run that the plan's arithmetic uses, as u64: batch `b`, context `t`, model
+/// width `d`, FFN width `f`, heads `h`, vocabulary `v`, layers `l`.
+struct Dims {
+    b: u64,
+    t: u64,
+    d: u64,
+    f: u64,
+    h: u64,
+    v: u64,
+    l: u64,
+}
+
+impl Dims {
+    fn of(run: &RunConfig) -> Dims {
+        let c = &run.model;
+        Dims {
+            b: run.batch as u64,
+            t: run.ctx as u64,
+            d: c.d_model as u64,
+            f: c.d_ff as u64,
+            h: c.heads as u64,
+            v: c.vocab as u64,
+            l: c.layers as u64,
+        }
+    }
+}
+
 pub fn plan(run: &RunConfig) -> Plan {
     let c = &run.model;
-    let (b, t) = (run.batch as u64, run.ctx as u64);
-    let (d, f, h, v, l) = (
-        c.d_model as u64,
-        c.d_ff as u64,
-        c.heads as u64,
-        c.vocab as u64,
-        c.layers as u64,
-    );
+    let dims = Dims::of(run);
+    let (b, t, d, f, h, v, l) = (dims.b, dims.t, dims.d, dims.f, dims.h, dims.v, dims.l);
     let bt = b * t;
     let per_layer_matmul = 2 * bt * (4 * d * d + 3 * d * f) + 2 * 2 * b * t * t * d;
     let forward = l * per_layer_matmul + 2 * bt * d * v;

@@ -45,15 +45,8 @@ fn memory_grows_with_mode_and_residual_is_fp32() {
 /// or, without a backward, of a block's end and the head's. The form the plan had before it
 /// replayed allocations, checked then against all 80 peaks measured on the H200.
 fn naive_closed_form(run: &RunConfig) -> u64 {
-    let c = &run.model;
-    let (b, t) = (run.batch as u64, run.ctx as u64);
-    let (d, f, h, v, l) = (
-        c.d_model as u64,
-        c.d_ff as u64,
-        c.heads as u64,
-        c.vocab as u64,
-        c.layers as u64,
-    );
+    let dims = Dims::of(run);
+    let (b, t, d, f, h, v, l) = (dims.b, dims.t, dims.d, dims.f, dims.h, dims.v, dims.l);
     let bt = b * t;
     let a = run.precision.activation_bytes() as u64;
     let m = plan(run).memory;

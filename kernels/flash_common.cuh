@@ -1,0 +1,216 @@
+// Shared by the four FlashAttention files (flash_attention_fwd.cu, flash_attention_bwd.cu and their
+// Hopper versions flash_attention_{fwd,bwd}_sm90.cu), each of which includes it: the dynamic
+// shared-memory buffer, the constants of the base-2 softmax, and the shared-memory tiles with their
+// loaders and fragment helpers:
+// - padded tiles for the mma.sync kernels (ldmatrix reads, cp.async writes, no bank conflicts);
+// - swizzled tiles in the canonical wgmma layout, with their matrix descriptors (sm_90a kernels);
+// - fp32 tiles with one float of padding per row for the SIMT kernels.
+// Limits: bf16 tiles of 16, 32, 64 or 128 columns; 16-byte aligned global rows; rows past the
+// sequence are zero-filled on load. The kernel files keep their own tile shapes and algorithms.
+
+#ifndef FLASH_COMMON_CUH
+#define FLASH_COMMON_CUH
+
+#include "common.cuh"
+#include "tensor_core.cuh"
+
+// Dynamic shared memory of every FlashAttention kernel (declared once, at file scope).
+extern __shared__ __align__(16) unsigned char flash_smem[];
+
+namespace flash {
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// The query tile (of `rows` rows) of this block of a forward grid (BH, ceil(seq / rows)): the last
+// tile, the one with the most causal work, first; negative for the extra blocks in y.
+__device__ __forceinline__ int query_tile(int seq, int rows) {
+    const int n_qt = (seq + rows - 1) / rows;
+    return n_qt - 1 - (int)blockIdx.y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Padded bf16 tiles (mma.sync kernels)
+
+// Byte offset of 16-byte chunk `c` of row `r` in a [rows, W] bf16 tile in shared memory, padded by
+// one 16-byte chunk after every 128 bytes of data (every row for W >= 64; every 2 rows for W = 32,
+// every 4 for W = 16): the 8 rows one ldmatrix matrix reads (8 consecutive rows, one chunk column)
+// and the 8 chunks 8 consecutive lanes write with cp.async fall in 8 distinct 16-byte bank groups,
+// and (unlike an XOR swizzle) every fragment address is a per-lane base plus a compile-time constant.
+template <int W>
+struct Tile {
+    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
+    static constexpr int R = W >= 64 ? 1 : 64 / W;  // rows per padding chunk
+    template <int ROWS>
+    struct Bytes { static constexpr int value = ROWS * W * 2 + ROWS / R * 16; };
+};
+template <int W>
+__device__ __forceinline__ unsigned toff(int r, int c) {
+    return (unsigned)(r * (W * 2) + r / Tile<W>::R * 16 + c * 16);
+}
+
+// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a padded tile by NT threads;
+// rows >= seq are zero-filled.
+template <int D, int ROWS, int NT>
+__device__ __forceinline__ void load_tile_padded(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
+    constexpr int C = D / 8, TOTAL = ROWS * C;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+        int idx = tid + i * NT;
+        if (TOTAL % NT == 0 || idx < TOTAL) {
+            int r = idx / C, c = idx % C;
+            int gr = row0 + r;
+            bool ok = gr < seq;
+            cp_async_16(s_tile + toff<D>(r, c), g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
+        }
+    }
+}
+
+// d0 += a * (b[0], b[1]) and d1 += a * (b[2], b[3]): one A fragment times the two 16x8 B fragments
+// (two n-tiles side by side) that one ldmatrix_x4 reads.
+__device__ __forceinline__ void mma_bf16_16816_x2(float (&d0)[4], float (&d1)[4], const unsigned (&a)[4],
+                                                  const unsigned (&b)[4]) {
+    mma_bf16_16816(d0, a, b[0], b[1]);
+    mma_bf16_16816(d1, a, b[2], b[3]);
+}
+
+// The same for every m-tile m: acc[m][2np] and acc[m][2np + 1] += a[m] * b, one B load feeding
+// the M A fragments of a warp.
+template <int M, int N>
+__device__ __forceinline__ void mma_bf16_16816_x2_m(float (&acc)[M][N][4], int np, const unsigned (&a)[M][4],
+                                                    const unsigned (&b)[4]) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) mma_bf16_16816_x2(acc[m][2 * np], acc[m][2 * np + 1], a[m], b);
+}
+
+// The fp32 accumulators of two adjacent 16x8 n-tiles (columns 16k..16k+15) as the bf16 A fragment
+// of k-step k: the accumulator and A-fragment layouts coincide (see tensor_core.cuh).
+__device__ __forceinline__ void pack_a_frag(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pack_bf16x2(c0[0], c0[1]);
+    a[1] = pack_bf16x2(c0[2], c0[3]);
+    a[2] = pack_bf16x2(c1[0], c1[1]);
+    a[3] = pack_bf16x2(c1[2], c1[3]);
+}
+
+// cp.async of L and Delta of query rows [row0, row0 + BR) by NT threads (zeros past seq; those
+// columns are masked anyway).
+template <int BR, int NT>
+__device__ __forceinline__ void load_rows(unsigned sL, unsigned sDel, const float* lse, const float* delta, int row0,
+                                          int seq, int tid) {
+#pragma unroll
+    for (int i = 0; i < (2 * BR + NT - 1) / NT; ++i) {
+        int idx = tid + i * NT;
+        if (idx < 2 * BR) {
+            int r = idx % BR;
+            int gr = row0 + r;
+            bool ok = gr < seq;
+            const float* src = (idx < BR ? lse : delta) + (ok ? gr : 0);
+            cp_async_4((idx < BR ? sL : sDel) + r * 4, src, ok ? 4 : 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Swizzled bf16 tiles in the canonical wgmma layout (sm_90a kernels)
+
+// A ROWS x W bf16 tile: column blocks of RB = min(2W, 128) bytes (W = 128 has two), each
+// [ROWS][RB] row-major, 16-byte chunks swizzled by XOR with the row's position in its 8-row atom
+// (Swizzle<3,4,3> / <2,4,3> / <1,4,3> on byte offsets: bits 4.. ^= bits 7.., as many bits as RB
+// has 16-byte chunks, log2(RB / 16)).
+template <int W>
+struct Lay {
+    static constexpr int RB = W * 2 < 128 ? W * 2 : 128;  // bytes per row of a column block
+    static constexpr int CPR = RB / 16;                     // 16-byte chunks per block row
+    static constexpr unsigned SWM = CPR - 1;                // swizzle mask
+    // descriptor swizzle mode: 1 = 128B, 2 = 64B, 3 = 32B
+    static constexpr unsigned long long MODE = RB == 128 ? 1ull : RB == 64 ? 2ull : 3ull;
+    static_assert(W == 16 || W == 32 || W == 64 || W == 128, "rows of 16, 32, 64 or 128 bf16");
+};
+
+__device__ __forceinline__ unsigned swz(unsigned off, unsigned mask) { return off ^ (((off >> 7) & mask) << 4); }
+
+// Byte offset of 16-byte chunk c (of W / 8) of row r in a ROWS x W tile.
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned tile_off(int r, int c) {
+    using L = Lay<W>;
+    const unsigned lin = (unsigned)((c / L::CPR) * ROWS * L::RB + r * L::RB + (c % L::CPR) * 16);
+    return swz(lin, L::SWM);
+}
+
+// wgmma matrix descriptor (PTX ISA, "Matrix Descriptor"): bits 0-13 start address >> 4, 16-29
+// leading-dimension byte offset >> 4, 32-45 stride-dimension byte offset >> 4, 49-51 base offset
+// (0: every swizzle atom here is aligned to its 1024 / 512 / 256 bytes), 62-63 swizzle mode.
+__device__ __forceinline__ unsigned long long make_desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned long long mode) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (mode << 62);
+}
+
+// K-major operand: rows [row0, row0 + 8n) of a ROWS x W tile, k-step kk (columns 16kk..16kk+15).
+// Swizzled K-major: the 16 columns lie inside one row (32 bytes at byte 32kk of the row, within
+// column block 32kk / RB); SBO = 8 rows (the atom); LBO unused (1 by convention).
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned long long kmajor_desc(unsigned tile, int row0, int kk) {
+    using L = Lay<W>;
+    const unsigned addr = tile + (unsigned)((kk * 32 / L::RB) * ROWS * L::RB + row0 * L::RB + (kk * 32) % L::RB);
+    return make_desc(addr, 16, 8 * L::RB, L::MODE);
+}
+
+// N-major (or M-major) operand with the transpose bit: rows [16kc, 16kc + 16) of a ROWS x W tile
+// (the k dimension), columns from c0 (the N or M dimension; c0 is a multiple of 8 and the
+// instruction's N does not cross a column block). Swizzled MN-major: an atom is 8 rows x RB bytes;
+// SBO = the next 8 rows; LBO = the next column block (ROWS rows further).
+template <int W, int ROWS>
+__device__ __forceinline__ unsigned long long nmajor_desc(unsigned tile, int kc, int c0) {
+    using L = Lay<W>;
+    const unsigned addr = tile + (unsigned)((c0 * 2 / L::RB) * ROWS * L::RB + (c0 * 2) % L::RB + kc * 16 * L::RB);
+    return make_desc(addr, ROWS * L::RB, 8 * L::RB, L::MODE);
+}
+
+// cp.async of rows [row0, row0 + ROWS) of a [seq, D] bf16 matrix into a swizzled tile by NT
+// threads; rows >= seq are zero-filled. Consecutive threads take consecutive 16-byte chunks of a
+// row (coalesced; 8 lanes of a phase write 8 distinct bank groups thanks to the swizzle).
+template <int D, int ROWS, int NT>
+__device__ __forceinline__ void load_tile_swizzled(unsigned s_tile, const bf16_t* g, int row0, int seq, int tid) {
+    constexpr int C = D / 8, TOTAL = ROWS * C;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+        const int idx = tid + i * NT;
+        if (TOTAL % NT == 0 || idx < TOTAL) {
+            const int r = idx / C, c = idx % C;
+            const int gr = row0 + r;
+            const bool ok = gr < seq;
+            cp_async_16(s_tile + tile_off<D, ROWS>(r, c), g + (i64)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32 tiles (SIMT kernels, 256 threads)
+
+constexpr int F32_NT = 256;
+
+// Rows [row0, row0 + 64) of a [seq, D] fp32 matrix into a [64, D+1] tile (zeros past seq).
+template <int D>
+__device__ __forceinline__ void load_tile_f32(float* s, const float* g, int row0, int seq, int tid) {
+    constexpr int C4 = D / 4, TOTAL = 64 * C4;
+#pragma unroll
+    for (int i = 0; i < TOTAL / F32_NT + (TOTAL % F32_NT ? 1 : 0); ++i) {
+        int idx = tid + i * F32_NT;
+        if (TOTAL % F32_NT == 0 || idx < TOTAL) {
+            int r = idx / C4, c = (idx % C4) * 4;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (row0 + r < seq) x = *reinterpret_cast<const float4*>(g + (i64)(row0 + r) * D + c);
+            float* d = s + r * (D + 1) + c;
+            d[0] = x.x;
+            d[1] = x.y;
+            d[2] = x.z;
+            d[3] = x.w;
+        }
+    }
+}
+
+}  // namespace flash
+
+#endif  // FLASH_COMMON_CUH
