@@ -65,21 +65,11 @@ pub fn check_file(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound {
             path: path.to_owned(),
         }),
-        Err(source) => Err(Error::Io {
-            path: path.to_owned(),
-            source,
-        }),
+        Err(source) => Err(Error::io(path)(source)),
         Ok(m) if m.is_dir() => Err(Error::IsDirectory {
             path: path.to_owned(),
         }),
         Ok(_) => Ok(()),
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
     }
 }
 
@@ -93,8 +83,8 @@ fn peek(r: &mut dyn Read, n: usize) -> std::io::Result<Vec<u8>> {
 /// Decide what `path` is from its content (and, for `.nsys-rep`, its name).
 pub fn detect(path: &Path) -> Result<Kind> {
     check_file(path)?;
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let head = peek(&mut file, 64).map_err(io_err(path))?;
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let head = peek(&mut file, 64).map_err(Error::io(path))?;
     if head.starts_with(SQLITE_MAGIC) {
         return Ok(Kind::NsysSqlite);
     }
@@ -105,7 +95,7 @@ pub fn detect(path: &Path) -> Result<Kind> {
         return Ok(Kind::NsysRep);
     }
     let inner = if head.starts_with(GZIP_MAGIC) {
-        let file = File::open(path).map_err(io_err(path))?;
+        let file = File::open(path).map_err(Error::io(path))?;
         let mut gz = MultiGzDecoder::new(BufReader::new(file));
         peek(&mut gz, 64).map_err(|e| Error::Malformed {
             path: path.to_owned(),
@@ -144,8 +134,8 @@ pub fn read_maybe_gzip_with(path: &Path, limits: &Limits) -> Result<Vec<u8>> {
     if gzip::is_gzip(path)? {
         return gzip::inflate_to_vec(path, limits, PARSE_FACTOR);
     }
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let size = file.metadata().map_err(io_err(path))?.len();
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let size = file.metadata().map_err(Error::io(path))?.len();
     limits.check_memory(
         path,
         size.saturating_mul(PARSE_FACTOR),

@@ -42,18 +42,11 @@ struct Candidate {
     named: bool,
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Every file under `dir`, sorted by path, hidden files and folders left out.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_error(dir))?
-        .map(|e| e.map(|e| e.path()).map_err(io_error(dir)))
+        .map_err(Error::io(dir))?
+        .map(|e| e.map(|e| e.path()).map_err(Error::io(dir)))
         .collect::<Result<_>>()?;
     entries.sort();
     for p in entries {

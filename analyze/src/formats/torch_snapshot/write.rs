@@ -244,10 +244,7 @@ pub fn to_file(s: &Snapshot, path: &Path) -> Result<()> {
             f.flush()
         }
     })
-    .map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })
+    .map_err(Error::io(path))
 }
 
 #[cfg(test)]
