@@ -5,7 +5,8 @@
 //! - [`nsys_sqlite`]: Nsight Systems SQLite exports (tables, columns, ids, the `shortName` rule);
 //!   `collect`'s traces are written in the same schema;
 //! - [`torch_snapshot`]: PyTorch CUDA memory snapshots, over the plain-data [`pickle`] codec;
-//! - [`run_metadata`]: the run's configuration and step times that `collect` stores in a trace;
+//! - [`run_metadata`]: the run's configuration and step times that `collect` stores in a trace,
+//!   and [`step_times`], the summary of those times both crates compute;
 //! - [`bench_results`]: the results file of `collect bench --out`;
 //! - [`kineto`] (PyTorch profiler traces) and [`nsys_rep`] (`.nsys-rep` reports, through
 //!   `nsys export`) are read only.
@@ -23,6 +24,7 @@ pub mod nsys_sqlite;
 pub mod pickle;
 pub mod run_metadata;
 pub mod sqlite_pages;
+pub mod step_times;
 pub mod temp_file;
 pub mod torch_snapshot;
 
