@@ -30,7 +30,7 @@ pub mod torch_snapshot;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
 
@@ -180,29 +180,17 @@ pub fn load(path: &Path) -> Result<Input> {
 
 /// Load any supported file within `limits`.
 pub fn load_with(path: &Path, limits: &Limits) -> Result<Input> {
-    match detect(path)? {
-        Kind::NsysSqlite => Ok(Input::Trace(Box::new(nsys_sqlite::read::load_with(
-            path, limits,
-        )?))),
-        Kind::NsysSqliteGz => Ok(Input::Trace(Box::new(nsys_sqlite::read::load_gz_with(
-            path, limits,
-        )?))),
-        Kind::NsysRep => {
-            let sqlite: PathBuf = nsys_rep::sqlite_for(path)?;
-            Ok(Input::Trace(Box::new(nsys_sqlite::read::load_with(
-                &sqlite, limits,
-            )?)))
-        }
-        Kind::Kineto => {
-            let bytes = read_maybe_gzip_with(path, limits)?;
-            Ok(Input::Trace(Box::new(kineto::parse(path, &bytes)?)))
-        }
-        Kind::TorchSnapshot => {
-            let bytes = read_maybe_gzip_with(path, limits)?;
-            Ok(Input::Snapshot(Box::new(torch_snapshot::read::from_bytes(
-                path, &bytes,
-            )?)))
-        }
+    let kind = detect(path)?;
+    if let Some(trace) = nsys_sqlite::read::load_kind(path, kind, limits)? {
+        return Ok(Input::Trace(Box::new(trace)));
+    }
+    let bytes = read_maybe_gzip_with(path, limits)?;
+    if kind == Kind::Kineto {
+        Ok(Input::Trace(Box::new(kineto::parse(path, &bytes)?)))
+    } else {
+        Ok(Input::Snapshot(Box::new(torch_snapshot::read::from_bytes(
+            path, &bytes,
+        )?)))
     }
 }
 

@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::formats::{self, kineto, nsys_rep, nsys_sqlite, torch_snapshot, Kind};
+use crate::formats::limits::Limits;
+use crate::formats::{self, kineto, nsys_sqlite, torch_snapshot, Kind};
 use crate::kernels::class::Classifier;
 use crate::memory::categories::Rules;
 use crate::memory::charts::timeline_chart;
@@ -134,44 +135,43 @@ fn trace_run(trace: Trace, labelled: Labelled, opts: &LoadOptions<'_>) -> Result
 fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
     let name = path.display().to_string();
     let label = user_label(&opts.labels, path);
-    let trace = match formats::detect(path)? {
-        Kind::NsysSqlite => nsys_sqlite::read::load(path)?,
-        Kind::NsysSqliteGz => nsys_sqlite::read::load_gz(path)?,
-        Kind::NsysRep => nsys_sqlite::read::load(&nsys_rep::sqlite_for(path)?)?,
-        Kind::Kineto => {
-            let bytes = formats::read_maybe_gzip(path)?;
-            if looks_like_bench(&bytes) {
-                let results = parse_bench(path, &bytes)?;
-                let labelled = label_run(&name, None, label);
-                return Ok(Loaded::Bench(BenchRun {
-                    label: labelled.label,
-                    file: name,
-                    results,
-                }));
-            }
-            kineto::parse(path, &bytes)?
-        }
-        Kind::TorchSnapshot => {
-            let snap = torch_snapshot::read::load(path)?;
+    let kind = formats::detect(path)?;
+    let limits = Limits::from_env()?;
+    let trace = if let Some(trace) = nsys_sqlite::read::load_kind(path, kind, &limits)? {
+        trace
+    } else if kind == Kind::Kineto {
+        let bytes = formats::read_maybe_gzip_with(path, &limits)?;
+        if looks_like_bench(&bytes) {
+            let results = parse_bench(path, &bytes)?;
             let labelled = label_run(&name, None, label);
-            let mopts = MemoryOptions {
-                top: opts.memory_top,
-                device: None,
-                label: labelled.label.clone(),
-            };
-            let mut analysis = analyze(&snap, opts.rules, &mopts);
-            analysis.report.run = labelled.run.clone();
-            let timeline = Some(timeline_chart(&analysis));
-            return Ok(Loaded::Snapshot(Box::new(SnapshotRun {
+            return Ok(Loaded::Bench(BenchRun {
                 label: labelled.label,
                 file: name,
-                run: labelled.run,
-                label_source: labelled.source,
-                label_guessed: labelled.guessed,
-                memory: analysis.report,
-                timeline,
-            })));
+                results,
+            }));
         }
+        kineto::parse(path, &bytes)?
+    } else {
+        let bytes = formats::read_maybe_gzip_with(path, &limits)?;
+        let snap = torch_snapshot::read::from_bytes(path, &bytes)?;
+        let labelled = label_run(&name, None, label);
+        let mopts = MemoryOptions {
+            top: opts.memory_top,
+            device: None,
+            label: labelled.label.clone(),
+        };
+        let mut analysis = analyze(&snap, opts.rules, &mopts);
+        analysis.report.run = labelled.run.clone();
+        let timeline = Some(timeline_chart(&analysis));
+        return Ok(Loaded::Snapshot(Box::new(SnapshotRun {
+            label: labelled.label,
+            file: name,
+            run: labelled.run,
+            label_source: labelled.source,
+            label_guessed: labelled.guessed,
+            memory: analysis.report,
+            timeline,
+        })));
     };
     let labelled = label_run(&name, Some(&trace.source.run), label);
     trace_run(trace, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
