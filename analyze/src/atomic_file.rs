@@ -43,10 +43,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Write `bytes` to `path` atomically; the error names `path`.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    write(path, bytes).map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })
+    write(path, bytes).map_err(Error::io(path))
 }
 
 #[cfg(test)]

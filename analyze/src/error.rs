@@ -1,7 +1,7 @@
 //! Errors a user's input can cause. Each names the file and says what is wrong with it in one
 //! line; the binary prints it as `error: ...` and exits 2.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while reading an input file.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,16 @@ pub enum Error {
         device: i64,
         present: Vec<i64>,
     },
+}
+
+impl Error {
+    /// What turns an I/O error about `path` into [`Error::Io`], for `map_err`.
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+        move |source| Error::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
 }
 
 fn budget_source(source: &str) -> String {

@@ -26,6 +26,7 @@ pub mod cli;
 #[cfg(feature = "analysis")]
 pub mod compare;
 pub mod error;
+pub mod fast_hash;
 pub mod formats;
 #[cfg(feature = "analysis")]
 pub mod kernels;

@@ -206,6 +206,11 @@ fn stand_in_nsys(path: &Path, export: &Path, log: &Path) {
         log = log.display(),
         export = export.display()
     );
+    write_script(path, &script);
+}
+
+/// An executable shell script at `path`.
+fn write_script(path: &Path, script: &str) {
     std::fs::write(path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -220,6 +225,27 @@ fn report_fixture(dir: &Path) -> (PathBuf, String) {
     ))
     .unwrap();
     (rep, golden)
+}
+
+/// `stats --report cuda_gpu_kern_sum` as CSV of the report `rep`, with `PATH` set to `path` and
+/// `NSYS` to `nsys` (unset when `None`): it succeeds, and this is what it prints.
+fn exported_kern_sum(rep: &Path, path: &str, nsys: Option<&Path>) -> String {
+    let mut cmd = analyze();
+    cmd.args(["stats", "--format", "csv", "--report", "cuda_gpu_kern_sum"])
+        .arg(rep)
+        .env("PATH", path);
+    match nsys {
+        Some(tool) => cmd.env("NSYS", tool),
+        None => cmd.env_remove("NSYS"),
+    };
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -240,20 +266,7 @@ fn nsys_rep_exported_by_nsys_on_path() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = analyze()
-        .args(["stats", "--format", "csv", "--report", "cuda_gpu_kern_sum"])
-        .arg(&rep)
-        .env("PATH", path)
-        .env_remove("NSYS")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), golden);
+    assert_eq!(exported_kern_sum(&rep, &path, None), golden);
     let args = std::fs::read_to_string(&log).unwrap();
     assert!(args.starts_with("export --type sqlite"), "{args}");
     assert!(args.contains(&rep.display().to_string()), "{args}");
@@ -262,20 +275,7 @@ fn nsys_rep_exported_by_nsys_on_path() {
 
     // The export now beside the report is newer than it and is used without running nsys.
     std::fs::remove_file(&log).unwrap();
-    let out = analyze()
-        .args(["stats", "--format", "csv", "--report", "cuda_gpu_kern_sum"])
-        .arg(&rep)
-        .env("PATH", "")
-        .env_remove("NSYS")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), golden);
+    assert_eq!(exported_kern_sum(&rep, "", None), golden);
     assert!(!log.exists(), "nsys ran although the export was up to date");
 }
 
@@ -288,20 +288,7 @@ fn nsys_rep_exported_by_nsys_named_in_env() {
     stand_in_nsys(&tool, &export, &log);
     let (rep, golden) = report_fixture(dir.path());
 
-    let out = analyze()
-        .args(["stats", "--format", "csv", "--report", "cuda_gpu_kern_sum"])
-        .arg(&rep)
-        .env("PATH", "")
-        .env("NSYS", &tool)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), golden);
+    assert_eq!(exported_kern_sum(&rep, "", Some(&tool)), golden);
     assert!(std::fs::read_to_string(&log)
         .unwrap()
         .starts_with("export --type sqlite"));
@@ -329,9 +316,7 @@ fn nsys_rep_whose_export_fails() {
     let dir = tempfile::tempdir().unwrap();
     let (rep, _) = report_fixture(dir.path());
     let tool = dir.path().join("broken-nsys");
-    std::fs::write(&tool, "#!/bin/sh\necho 'cannot open report' >&2\nexit 1\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&tool, "#!/bin/sh\necho 'cannot open report' >&2\nexit 1\n");
     let out = analyze()
         .args(["stats", "--report", "nvtx_sum"])
         .arg(&rep)

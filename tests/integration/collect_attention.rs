@@ -3,16 +3,9 @@
 //! so, and `collect plan --attention flash` plans the flash path (and plans, with a note, a
 //! configuration the naive path cannot run).
 
-use std::process::Command;
-
 use serde_json::Value;
 
-fn collect(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_collect"))
-        .args(args)
-        .output()
-        .expect("collect runs")
-}
+use crate::run_collect::{collect, configuration, plan};
 
 fn one_error_line(out: &std::process::Output) -> String {
     assert_eq!(out.status.code(), Some(2));
@@ -65,30 +58,9 @@ fn attention_without_a_device_says_so_and_exits_2() {
     assert!(out.stdout.is_empty());
 }
 
-fn plan(args: &[&str]) -> Value {
-    let out = collect(&[&["plan", "--format", "json"], args].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
-}
-
 #[test]
 fn the_plan_knows_both_attention_paths() {
-    let args = [
-        "--size",
-        "small",
-        "--ctx",
-        "1024",
-        "--batch",
-        "4",
-        "--mode",
-        "train",
-        "--precision",
-        "bf16",
-    ];
+    let args = configuration("small", "1024", "4", "train", "bf16");
     let naive = plan(&args);
     let flash = plan(&[&args[..], &["--attention", "flash"]].concat());
     assert_eq!(naive["config"]["attention"], "naive");
@@ -107,18 +79,7 @@ fn the_plan_knows_both_attention_paths() {
 
 #[test]
 fn a_configuration_naive_cannot_run_is_planned_with_a_note() {
-    let args = [
-        "--size",
-        "2.7B",
-        "--ctx",
-        "8192",
-        "--batch",
-        "4",
-        "--mode",
-        "train",
-        "--precision",
-        "bf16",
-    ];
+    let args = configuration("2.7B", "8192", "4", "train", "bf16");
     let out = collect(&[&["plan"], &args[..]].concat());
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);

@@ -2,14 +2,7 @@
 //! device, `collect bench` and `collect precision` saying so in one line and exiting 2; and
 //! `collect precision --cpu`, which needs none.
 
-use std::process::Command;
-
-fn collect(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_collect"))
-        .args(args)
-        .output()
-        .expect("collect runs")
-}
+use crate::run_collect::collect;
 
 #[test]
 fn bench_without_a_device_says_so_and_exits_2() {

@@ -3,24 +3,9 @@
 //! the reference script give them), and the FLOPs and memory fields follow from the dimensions;
 //! `--checkpoint` and what `auto` decides against an H200 or `--device-memory`.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-fn plan(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_collect"))
-        .arg("plan")
-        .args(args)
-        .args(["--format", "json"])
-        .output()
-        .expect("collect runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
-}
+use crate::run_collect::{collect, configuration, plan};
 
 #[test]
 fn parameter_counts_equal_pytorch() {
@@ -128,19 +113,10 @@ fn planned_peak_equals_the_peak_measured_on_the_h200() {
 #[test]
 fn checkpoint_auto_turns_on_where_the_step_does_not_fit_the_device() {
     let args = [
-        "--size",
-        "2.7B",
-        "--ctx",
-        "8192",
-        "--batch",
-        "4",
-        "--mode",
-        "train",
-        "--precision",
-        "bf16",
-        "--attention",
-        "flash",
-    ];
+        &configuration("2.7B", "8192", "4", "train", "bf16")[..],
+        &["--attention", "flash"],
+    ]
+    .concat();
     let with = |extra: &[&str]| plan(&[&args[..], extra].concat());
     let off = with(&["--checkpoint", "off"]);
     let on = with(&["--checkpoint", "on"]);
@@ -166,11 +142,7 @@ fn checkpoint_auto_turns_on_where_the_step_does_not_fit_the_device() {
     assert_eq!(big["config"]["checkpoint"], false);
     assert_eq!(peak(&big), peak(&off));
 
-    let text = Command::new(env!("CARGO_BIN_EXE_collect"))
-        .arg("plan")
-        .args(args)
-        .output()
-        .expect("collect runs");
+    let text = collect(&[&["plan"], &args[..]].concat());
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains(

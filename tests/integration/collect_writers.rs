@@ -591,20 +591,7 @@ fn kernel_short_names_match_nsys() {
     let Some(real) = common::shared("ours/nsys/torch_small_ctx128_train_fp32.sqlite") else {
         return;
     };
-    let c =
-        rusqlite::Connection::open_with_flags(&real, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut st = c
-        .prepare(
-            "SELECT DISTINCT m.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k \
-             JOIN StringIds m ON m.id = k.mangledName JOIN StringIds s ON s.id = k.shortName",
-        )
-        .unwrap();
-    let pairs: Vec<(String, String)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let pairs = crate::formats::kernel_short_names(&real, "mangledName");
     assert!(pairs.len() > 30, "{}", pairs.len());
     for (mangled, short) in &pairs {
         assert_eq!(&cupti::kernel_names(mangled).short, short, "{mangled}");

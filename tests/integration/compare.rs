@@ -27,6 +27,17 @@ fn json_of(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("compare -f json prints JSON")
 }
 
+/// The JSON of a run that succeeded (exit status 0).
+fn json_of_success(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_of(out)
+}
+
 /// Rows of an `nsys stats --format csv` file as (column -> value) maps.
 fn stats_csv(name: &str) -> Vec<std::collections::HashMap<String, String>> {
     let text = std::fs::read_to_string(common::fixture(&format!("nsys/stats/{name}.csv"))).unwrap();
@@ -81,13 +92,7 @@ fn find<'a>(rows: &'a Value, name: &str) -> &'a Value {
 fn compare_of_an_export_with_itself_reports_no_change() {
     let a = path(FP32);
     let out = analyze(&["compare", &a, &a, "-f", "json", "--fail-if-slower", "0"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = json_of(&out);
+    let v = json_of_success(&out);
     let (total, instances) = kern_sum("torch_small_ctx128_train_fp32", |_| true);
     assert_eq!(v["a"]["kernel_time"], total);
     assert_eq!(v["b"]["kernel_time"], total);
@@ -381,13 +386,7 @@ fn markdown_and_table_outputs_are_readable() {
 fn kineto_and_nsys_traces_of_one_workload_line_up() {
     // Kineto's kernels all exist, under the same name, in the nsys export of the same workload.
     let out = analyze(&["compare", &path(FP32), &path(KINETO), "-f", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = json_of(&out);
+    let v = json_of_success(&out);
     assert_eq!(v["b"]["format"], "kineto");
     assert_eq!(v["b"]["distinct_kernels"], 60);
     let only_b = v["kernels"]
@@ -430,13 +429,7 @@ fn memory_pair_gives_the_difference_of_the_two_peaks() {
     const FP32_SNAP: &str = "memsnap/memsnap_small_ctx128_train_fp32.pickle.gz";
     const BF16_SNAP: &str = "memsnap/memsnap_small_ctx128_train_bf16.pickle.gz";
     let out = analyze(&["compare", &path(FP32_SNAP), &path(BF16_SNAP), "-f", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = json_of(&out);
+    let v = json_of_success(&out);
     assert_eq!(v["kind"], "memory");
     let ma = memory_json(FP32_SNAP);
     let mb = memory_json(BF16_SNAP);

@@ -10,7 +10,7 @@ use analyze::formats::{bench_results, read_maybe_gzip, torch_snapshot};
 
 use crate::common;
 
-/// Every `(demangledName, shortName)` pair of an export.
+/// Every `(demangledName, shortName)` pair of a gzip-compressed export.
 fn short_name_pairs(export_gz: &Path) -> Vec<(String, String)> {
     let mut sqlite = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(export_gz).unwrap())
@@ -19,14 +19,20 @@ fn short_name_pairs(export_gz: &Path) -> Vec<(String, String)> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("export.sqlite");
     std::fs::write(&path, sqlite).unwrap();
+    kernel_short_names(&path, "demangledName")
+}
+
+/// Every distinct pair of a kernel's name in the column `name` (`demangledName`, `mangledName`)
+/// and its `shortName`, in the export at `sqlite`.
+pub fn kernel_short_names(sqlite: &Path, name: &str) -> Vec<(String, String)> {
     let c =
-        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        rusqlite::Connection::open_with_flags(sqlite, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
     let mut st = c
-        .prepare(
+        .prepare(&format!(
             "SELECT DISTINCT d.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k \
-             JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName",
-        )
+             JOIN StringIds d ON d.id = k.{name} JOIN StringIds s ON s.id = k.shortName"
+        ))
         .unwrap();
     let pairs = st
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))

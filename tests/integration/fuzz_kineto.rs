@@ -146,16 +146,19 @@ const ARGS: &[&str] = &[
     "name",
 ];
 
+/// Set one of `keys`, picked at random, to junk.
+fn junk_field(rng: &mut Rng, map: &mut Map<String, Value>, keys: &[&str], raws: &mut Vec<String>) {
+    let k = *rng.pick(keys);
+    let v = junk(rng, raws);
+    map.insert(k.into(), v);
+}
+
 fn mutate_event(rng: &mut Rng, e: &mut Map<String, Value>, raws: &mut Vec<String>) {
     match rng.below(7) {
         0 => {
             e.remove(*rng.pick(FIELDS));
         }
-        1 | 2 => {
-            let f = *rng.pick(FIELDS);
-            let v = junk(rng, raws);
-            e.insert(f.into(), v);
-        }
+        1 | 2 => junk_field(rng, e, FIELDS, raws),
         3 | 4 => {
             let a = *rng.pick(ARGS);
             let v = junk(rng, raws);
@@ -223,29 +226,33 @@ fn mutate(rng: &mut Rng, doc: &mut Value, raws: &mut Vec<String>) {
                 events.truncate(keep);
             }
         }
-        8 => {
-            let k = *rng.pick(&[
+        8 => junk_field(
+            rng,
+            top,
+            &[
                 "traceEvents",
                 "deviceProperties",
                 "schemaVersion",
                 "baseTimeNanoseconds",
-            ]);
-            let v = junk(rng, raws);
-            top.insert(k.into(), v);
-        }
+            ],
+            raws,
+        ),
         9 => {
             if let Some(Value::Array(props)) = top.get_mut("deviceProperties") {
                 if let Some(Value::Object(p)) = props.first_mut() {
-                    let k = *rng.pick(&[
-                        "id",
-                        "name",
-                        "totalGlobalMem",
-                        "numSms",
-                        "computeMajor",
-                        "computeMinor",
-                    ]);
-                    let v = junk(rng, raws);
-                    p.insert(k.into(), v);
+                    junk_field(
+                        rng,
+                        p,
+                        &[
+                            "id",
+                            "name",
+                            "totalGlobalMem",
+                            "numSms",
+                            "computeMajor",
+                            "computeMinor",
+                        ],
+                        raws,
+                    );
                 }
             }
         }

@@ -44,6 +44,7 @@ mod profile;
 mod profiler_steps;
 mod report;
 mod report_options;
+mod run_collect;
 mod streaming;
 
 /// Every `.rs` file beside this one is declared above.

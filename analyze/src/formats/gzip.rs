@@ -22,21 +22,14 @@ use crate::render::cells::format_bytes;
 
 const MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Whether `path` starts with the gzip magic bytes.
 pub fn is_gzip(path: &Path) -> Result<bool> {
     let mut head = [0u8; 2];
-    let mut f = File::open(path).map_err(io_err(path))?;
+    let mut f = File::open(path).map_err(Error::io(path))?;
     match f.read_exact(&mut head) {
         Ok(()) => Ok(head == MAGIC),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(io_err(path)(e)),
+        Err(e) => Err(Error::io(path)(e)),
     }
 }
 
@@ -125,7 +118,7 @@ fn plan(
     limits: &Limits,
     mut extra: Vec<Stop>,
 ) -> Result<(Stop, Option<u64>)> {
-    let compressed = file.metadata().map_err(io_err(path))?.len();
+    let compressed = file.metadata().map_err(Error::io(path))?.len();
     let expected = expected_size(file, compressed);
     extra.push(Stop::Bomb {
         bound: limits.inflated_limit(compressed),
@@ -209,17 +202,14 @@ fn write_error(path: &Path, dir: Option<&Path>, written: u64, e: std::io::Error)
             dir: dir.to_owned(),
         }
         .error(path, None),
-        _ => Error::Io {
-            path: dir.unwrap_or(path).to_owned(),
-            source: e,
-        },
+        _ => Error::io(dir.unwrap_or(path))(e),
     }
 }
 
 /// Inflate a gzip file into memory. `factor`: how many times the inflated size the load will
 /// hold once the bytes are parsed, for the memory check.
 pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u8>> {
-    let mut file = File::open(path).map_err(io_err(path))?;
+    let mut file = File::open(path).map_err(Error::io(path))?;
     let mut stops = Vec::new();
     if let Some((budget, source)) = limits.memory_budget() {
         stops.push(Stop::Memory {
@@ -239,7 +229,7 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
 
 /// Inflate a gzip file into a new temporary file in [`Limits::temp_dir`], named `*.ext`.
 pub fn inflate_to_temp(path: &Path, limits: &Limits, ext: &str) -> Result<TempFile> {
-    let mut file = File::open(path).map_err(io_err(path))?;
+    let mut file = File::open(path).map_err(Error::io(path))?;
     let dir = &limits.temp_dir;
     let mut stops = Vec::new();
     if let Some(free) = free_space(dir) {

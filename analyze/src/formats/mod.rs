@@ -5,7 +5,8 @@
 //! - [`nsys_sqlite`]: Nsight Systems SQLite exports (tables, columns, ids, the `shortName` rule);
 //!   `collect`'s traces are written in the same schema;
 //! - [`torch_snapshot`]: PyTorch CUDA memory snapshots, over the plain-data [`pickle`] codec;
-//! - [`run_metadata`]: the run's configuration and step times that `collect` stores in a trace;
+//! - [`run_metadata`]: the run's configuration and step times that `collect` stores in a trace,
+//!   and [`step_times`], the summary of those times both crates compute;
 //! - [`bench_results`]: the results file of `collect bench --out`;
 //! - [`kineto`] (PyTorch profiler traces) and [`nsys_rep`] (`.nsys-rep` reports, through
 //!   `nsys export`) are read only.
@@ -23,12 +24,13 @@ pub mod nsys_sqlite;
 pub mod pickle;
 pub mod run_metadata;
 pub mod sqlite_pages;
+pub mod step_times;
 pub mod temp_file;
 pub mod torch_snapshot;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
 
@@ -65,21 +67,11 @@ pub fn check_file(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound {
             path: path.to_owned(),
         }),
-        Err(source) => Err(Error::Io {
-            path: path.to_owned(),
-            source,
-        }),
+        Err(source) => Err(Error::io(path)(source)),
         Ok(m) if m.is_dir() => Err(Error::IsDirectory {
             path: path.to_owned(),
         }),
         Ok(_) => Ok(()),
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
     }
 }
 
@@ -93,8 +85,8 @@ fn peek(r: &mut dyn Read, n: usize) -> std::io::Result<Vec<u8>> {
 /// Decide what `path` is from its content (and, for `.nsys-rep`, its name).
 pub fn detect(path: &Path) -> Result<Kind> {
     check_file(path)?;
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let head = peek(&mut file, 64).map_err(io_err(path))?;
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let head = peek(&mut file, 64).map_err(Error::io(path))?;
     if head.starts_with(SQLITE_MAGIC) {
         return Ok(Kind::NsysSqlite);
     }
@@ -105,7 +97,7 @@ pub fn detect(path: &Path) -> Result<Kind> {
         return Ok(Kind::NsysRep);
     }
     let inner = if head.starts_with(GZIP_MAGIC) {
-        let file = File::open(path).map_err(io_err(path))?;
+        let file = File::open(path).map_err(Error::io(path))?;
         let mut gz = MultiGzDecoder::new(BufReader::new(file));
         peek(&mut gz, 64).map_err(|e| Error::Malformed {
             path: path.to_owned(),
@@ -144,8 +136,8 @@ pub fn read_maybe_gzip_with(path: &Path, limits: &Limits) -> Result<Vec<u8>> {
     if gzip::is_gzip(path)? {
         return gzip::inflate_to_vec(path, limits, PARSE_FACTOR);
     }
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let size = file.metadata().map_err(io_err(path))?.len();
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let size = file.metadata().map_err(Error::io(path))?.len();
     limits.check_memory(
         path,
         size.saturating_mul(PARSE_FACTOR),
@@ -188,29 +180,17 @@ pub fn load(path: &Path) -> Result<Input> {
 
 /// Load any supported file within `limits`.
 pub fn load_with(path: &Path, limits: &Limits) -> Result<Input> {
-    match detect(path)? {
-        Kind::NsysSqlite => Ok(Input::Trace(Box::new(nsys_sqlite::read::load_with(
-            path, limits,
-        )?))),
-        Kind::NsysSqliteGz => Ok(Input::Trace(Box::new(nsys_sqlite::read::load_gz_with(
-            path, limits,
-        )?))),
-        Kind::NsysRep => {
-            let sqlite: PathBuf = nsys_rep::sqlite_for(path)?;
-            Ok(Input::Trace(Box::new(nsys_sqlite::read::load_with(
-                &sqlite, limits,
-            )?)))
-        }
-        Kind::Kineto => {
-            let bytes = read_maybe_gzip_with(path, limits)?;
-            Ok(Input::Trace(Box::new(kineto::parse(path, &bytes)?)))
-        }
-        Kind::TorchSnapshot => {
-            let bytes = read_maybe_gzip_with(path, limits)?;
-            Ok(Input::Snapshot(Box::new(torch_snapshot::read::from_bytes(
-                path, &bytes,
-            )?)))
-        }
+    let kind = detect(path)?;
+    if let Some(trace) = nsys_sqlite::read::load_kind(path, kind, limits)? {
+        return Ok(Input::Trace(Box::new(trace)));
+    }
+    let bytes = read_maybe_gzip_with(path, limits)?;
+    if kind == Kind::Kineto {
+        Ok(Input::Trace(Box::new(kineto::parse(path, &bytes)?)))
+    } else {
+        Ok(Input::Snapshot(Box::new(torch_snapshot::read::from_bytes(
+            path, &bytes,
+        )?)))
     }
 }
 

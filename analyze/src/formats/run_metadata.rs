@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use super::step_times::StepTimes;
+
 /// Keys `collect` writes (a reader should accept others too).
 pub mod keys {
     pub const TOOL: &str = "tool";
@@ -134,28 +136,12 @@ impl RunMetadata {
         let list: Vec<String> = times.iter().map(|t| format!("{t}")).collect();
         self.set(keys::STEP_TIMES_MS, list.join(","));
         self.set(keys::STEPS, times.len());
-        if let Some(median) = median(times) {
-            self.set(keys::STEP_TIME_MEDIAN_MS, median);
-            let mean = times.iter().sum::<f64>() / times.len() as f64;
-            self.set(keys::STEP_TIME_MEAN_MS, mean);
+        if let Some(summary) = StepTimes::of(times) {
+            self.set(keys::STEP_TIME_MEDIAN_MS, summary.median);
+            self.set(keys::STEP_TIME_MEAN_MS, summary.mean);
         }
         self
     }
-}
-
-/// Median of `v` (mean of the middle two for an even count); `None` when empty.
-fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    Some(if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    })
 }
 
 #[cfg(test)]

@@ -37,10 +37,7 @@ impl TempFile {
         let temp = TempFile { path };
         match file {
             Ok(f) => Ok((temp, f)),
-            Err(source) => Err(Error::Io {
-                path: temp.path.clone(),
-                source,
-            }),
+            Err(source) => Err(Error::io(&temp.path)(source)),
         }
     }
 

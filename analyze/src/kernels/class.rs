@@ -362,10 +362,7 @@ impl Classifier {
     /// ```
     pub fn load(path: &Path) -> Result<Classifier> {
         crate::formats::check_file(path)?;
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
         let ext = path
             .extension()
             .and_then(|e| e.to_str())

@@ -270,10 +270,7 @@ impl Rules {
 
     /// The built-in rules with a user's file tried first.
     pub fn with_user_file(path: &Path) -> Result<Rules> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
         let user = Rules::parse(&text, path)?;
         let mut rules = user.rules;
         rules.extend(Rules::builtin().rules);

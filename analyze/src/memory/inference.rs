@@ -16,7 +16,7 @@
 //!   moments). With no gradient known, a training step's sizes may still say it: three kept
 //!   through the window per one freed by the step's `zero_grad` (parameter, two moments,
 //!   gradient), or large sizes that all come in threes (parameter and two moments) or all in
-//!   fours (and the gradient) are split so ([`split_by_counts`]); the rest stay "before
+//!   fours (and the gradient) are split so (`split_by_counts`); the rest stay "before
 //!   recording".
 //! - Autocast's low-precision copies of weights, in stacks with Python frames only
 //!   ([`super::autocast`]).

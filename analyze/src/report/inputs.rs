@@ -46,18 +46,11 @@ struct Candidate {
     named: bool,
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Every file under `dir`, sorted by path, hidden files and folders left out.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_error(dir))?
-        .map(|e| e.map(|e| e.path()).map_err(io_error(dir)))
+        .map_err(Error::io(dir))?
+        .map(|e| e.map(|e| e.path()).map_err(Error::io(dir)))
         .collect::<Result<_>>()?;
     entries.sort();
     for p in entries {
@@ -152,10 +145,11 @@ fn trace_run<S: TraceSource>(
 fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
     let name = path.display().to_string();
     let label = user_label(&opts.labels, path);
-    let trace = match formats::detect(path)? {
+    let kind = formats::detect(path)?;
+    let limits = Limits::from_env()?;
+    let trace = match kind {
         Kind::NsysSqlite | Kind::NsysSqliteGz | Kind::NsysRep => {
             // An export streams: its kernels and API calls are never held.
-            let limits = Limits::from_env()?;
             let Some(mut export) = ExportSource::open(path, &limits, PER_KERNEL, PER_CALL)? else {
                 return Err(Error::Malformed {
                     path: path.to_owned(),
@@ -168,7 +162,7 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             return Ok(Loaded::Trace(Box::new(run)));
         }
         Kind::Kineto => {
-            let bytes = formats::read_maybe_gzip(path)?;
+            let bytes = formats::read_maybe_gzip_with(path, &limits)?;
             if looks_like_bench(&bytes) {
                 let results = parse_bench(path, &bytes)?;
                 let labelled = label_run(&name, None, label);
@@ -181,7 +175,8 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             kineto::parse(path, &bytes)?
         }
         Kind::TorchSnapshot => {
-            let snap = torch_snapshot::read::load(path)?;
+            let bytes = formats::read_maybe_gzip_with(path, &limits)?;
+            let snap = torch_snapshot::read::from_bytes(path, &bytes)?;
             let labelled = label_run(&name, None, label);
             let mopts = MemoryOptions {
                 top: opts.memory_top,

@@ -196,13 +196,6 @@ pub fn json(report: &Report, inputs: &Inputs, plots: bool) -> Value {
     })
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Write the plots, `report.md` and `report.json` into `dir` (made if need be). Returns the
 /// files written, the report's two files last.
 pub fn write(
@@ -212,7 +205,7 @@ pub fn write(
     opts: OutputOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let mut written = Vec::new();
     if opts.plots {
         let mut formats = vec![ImageFormat::Png];

@@ -11,43 +11,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::trace::{Range, Trace};
 
-/// A fast hasher for the small integer keys of the reports' hash maps (the FxHash mix): the
-/// default SipHash costs more than the rest of a lookup, and these keys come from one file, not
-/// from an adversary.
-#[derive(Default, Clone, Copy)]
-pub struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
-
-/// A `HashMap` with [`FastHasher`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// The fast hash map of the reports, defined once for the crate.
+pub use crate::fast_hash::{FastHasher, FastMap};
 
 /// Every NVTX range nsys's reports count, in start order: the closed ones and those still open
 /// when the capture ended ([`Trace::open_ranges`]). Range indices in this module point into it.

@@ -238,12 +238,8 @@ impl StringIds {
 pub fn to_file(path: &Path, records: &TraceRecords) -> Result<()> {
     let tmp = crate::atomic_file::temp_path(path);
     let _ = std::fs::remove_file(&tmp);
-    let result = write_db(&tmp, path, records).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|source| Error::Io {
-            path: path.to_owned(),
-            source,
-        })
-    });
+    let result = write_db(&tmp, path, records)
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(Error::io(path)));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

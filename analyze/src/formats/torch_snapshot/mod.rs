@@ -90,7 +90,7 @@ mod tests {
     /// A snapshot of every shape `collect` writes: a segment with an allocated and a free block,
     /// an allocation, a failed allocation, a phase annotation and the default settings. Ids are
     /// numbered in the order a reader meets them.
-    fn snapshot() -> Snapshot {
+    pub(super) fn snapshot() -> Snapshot {
         let base = 1u64 << 40;
         Snapshot {
             segments: vec![Segment {

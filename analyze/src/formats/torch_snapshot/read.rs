@@ -25,6 +25,7 @@ use std::path::Path;
 
 use super::key;
 use crate::error::{Error, Result};
+use crate::fast_hash::FastMap;
 use crate::formats::pickle::read::{self as pickle, Pickle, PickleError, Value};
 use crate::model::snapshot::{
     Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
@@ -92,33 +93,6 @@ fn field(what: What, key: Option<&str>) -> String {
     }
 }
 
-/// FxHash: a fast hasher for the stack table's keys (lists of small integers), which the
-/// default SipHash would make the slowest part of reading a snapshot.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl std::hash::Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
-type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
-
 /// How errors name the requested size of a PyTorch 2.0 block.
 const HISTORY_REAL_SIZE: &str = "history[0].real_size";
 
@@ -136,13 +110,13 @@ struct Converter<'a> {
     frame_by_content: HashMap<Frame, FrameId>,
     /// StackId of each pickled frame list, by arena handle.
     stack_by_value: Vec<u32>,
-    stack_by_content: HashMap<Vec<FrameId>, StackId, FxBuild>,
+    stack_by_content: FastMap<Vec<FrameId>, StackId>,
     strings_seen: HashMap<u32, Option<String>>,
 }
 
 impl<'a> Converter<'a> {
     fn new(p: &'a Pickle, path: &'a Path, budget: u64) -> Self {
-        let mut stack_by_content = HashMap::with_hasher(FxBuild::default());
+        let mut stack_by_content = FastMap::default();
         stack_by_content.insert(Vec::new(), StackId::EMPTY);
         Converter {
             p,

@@ -244,80 +244,14 @@ pub fn to_file(s: &Snapshot, path: &Path) -> Result<()> {
             f.flush()
         }
     })
-    .map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })
+    .map_err(Error::io(path))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::torch_snapshot::{MODULE_FRAME_FILE, PHASE_FRAME_FILE};
-    use crate::model::snapshot::{Block, BlockState, Frame, Frames, SegmentKind, Stage};
-
-    fn snapshot() -> Snapshot {
-        Snapshot {
-            segments: vec![Segment {
-                device: 0,
-                address: 1 << 40,
-                total_size: 2 << 20,
-                stream: 0,
-                kind: SegmentKind::Small,
-                is_expandable: false,
-                stack: StackId(1),
-                blocks: vec![
-                    Block {
-                        address: 1 << 40,
-                        size: 1024,
-                        requested_size: 1000,
-                        state: BlockState::ActiveAllocated,
-                        stack: StackId(1),
-                    },
-                    Block {
-                        address: (1 << 40) + 1024,
-                        size: (2 << 20) - 1024,
-                        requested_size: 0,
-                        state: BlockState::Inactive,
-                        stack: StackId::EMPTY,
-                    },
-                ],
-            }],
-            traces: vec![vec![TraceEntry {
-                action: Action::Alloc,
-                addr: 1 << 40,
-                size: 1024,
-                stream: 0,
-                time_us: Some(5),
-                stack: StackId(1),
-                compile_context: None,
-                user_metadata: None,
-            }]],
-            frames: Frames {
-                frames: vec![
-                    Frame {
-                        name: "layers.0.attn".into(),
-                        filename: MODULE_FRAME_FILE.into(),
-                        line: 0,
-                    },
-                    Frame {
-                        name: "forward".into(),
-                        filename: PHASE_FRAME_FILE.into(),
-                        line: 0,
-                    },
-                ],
-                stacks: vec![vec![], vec![0, 1]],
-            },
-            settings: AllocatorSettings::default(),
-            annotations: vec![Annotation {
-                stage: Stage::Start.as_str().into(),
-                name: "forward".into(),
-                device: Some(0),
-                time_us: Some(1),
-            }],
-            ..Snapshot::default()
-        }
-    }
+    // The snapshot of every shape `collect` writes, as the round-trip tests use it.
+    use crate::formats::torch_snapshot::tests::snapshot;
 
     #[test]
     fn segment_sums_come_from_blocks() {
