@@ -8,7 +8,9 @@
 #
 # WORK_DIR (default /tmp/analyze-scale) receives the large inputs, made once with make_large.py
 # (they take minutes and about 8 GB of disk): the shared 60-step export ×50 (1.09 GB) and ×200
-# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES). With a
+# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES), and a
+# folder of 20 copies of the 60-step export (`report` over it against `profile` of each file, the
+# `profile_each` row, one after the other in one timed shell; its peak is the largest). With a
 # REFERENCE_ANALYZE binary, each command runs with it too (its outputs kept in WORK_DIR for the next
 # run) and the table says whether the outputs are equal byte for byte. ANALYZE names a prebuilt
 # binary instead of building one; ONLY runs the rows whose input name matches a pattern (x50,
@@ -41,12 +43,27 @@ make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" 
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x200.sqlite" 200
 make_input kineto "$SHARED/kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz" "$WORK/kineto_x150.json" 150
 make_input memsnap "$MEMSNAP_BASE" "$WORK/memsnap_x$MEMSNAP_COPIES.pickle" "$MEMSNAP_COPIES"
+mkdir -p "$WORK/copies20"
+for i in $(seq -w 1 20); do
+    [[ -f $WORK/copies20/run$i.sqlite.gz ]] || cp "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/copies20/run$i.sqlite.gz"
+done
+# `each.sh BINARY ARGS... DIR`: the command on every file of DIR, one after the other.
+cat >"$WORK/each.sh" <<'SH'
+#!/usr/bin/env bash
+set -e
+dir=${@: -1}
+for f in "$dir"/*; do "${@:1:$#-1}" "$f"; done
+SH
+chmod +x "$WORK/each.sh"
 
 # name | input | arguments
 RUNS=(
     "stats_all|x50.sqlite|stats --report all"
     "stats_kern_sum|x50.sqlite|stats --report cuda_gpu_kern_sum"
     "profile|x50.sqlite|profile"
+    "profile_device0|x50.sqlite|profile --device 0"
+    "report|copies20|report -q --no-plots -o @TMP@"
+    "profile_each|copies20|profile"
     "stats_all|x200.sqlite|stats --report all"
     "stats_kern_sum|x200.sqlite|stats --report cuda_gpu_kern_sum"
     "profile|x200.sqlite|profile"
@@ -77,11 +94,20 @@ for run in "${RUNS[@]}"; do
     [[ -n $ONLY && $input != *$ONLY* ]] && continue
     file=$WORK/$input
     stem=${input%%.*}_$name
-    read -r secs mb status < <(timed "$ANALYZE" "$WORK/new_$stem.txt" $args "$file")
+    # A run over every file of a folder goes through each.sh; @TMP@ is a fresh folder.
+    run_with() { # binary out
+        local a=${args//@TMP@/$(mktemp -d)}
+        if [[ $name == *_each ]]; then
+            timed "$WORK/each.sh" "$2" "$1" $a "$file"
+        else
+            timed "$1" "$2" $a "$file"
+        fi
+    }
+    read -r secs mb status < <(run_with "$ANALYZE" "$WORK/new_$stem.txt")
     ref_s=- ref_mb=- same=-
     if [[ -n $REF ]]; then
         if [[ ! -f $WORK/ref_$stem.txt ]]; then
-            read -r ref_s ref_mb _ < <(timed "$REF" "$WORK/ref_$stem.txt" $args "$file")
+            read -r ref_s ref_mb _ < <(run_with "$REF" "$WORK/ref_$stem.txt")
         fi
         if cmp -s "$WORK/new_$stem.txt" "$WORK/ref_$stem.txt"; then same=yes; else same=NO; fi
     fi

@@ -137,35 +137,26 @@ pub(super) fn run<S: TraceSource>(
         .collect();
     let untraced = super::ranges::untraced(&trace.graph_execs, &traced);
     let mut rest = WorkChunk::default();
-    for m in &trace.mem_ops {
-        plan.work(
-            &mut rest,
-            &launches,
-            Work {
-                start: m.start.0,
-                end: m.end.0,
-                device: m.device,
-                pid: m.pid,
-                corr: m.correlation_id,
-                what: What::MemOp(m.kind),
-            },
-        );
-    }
-    for (g, exec) in trace.graph_execs.iter().enumerate() {
-        if untraced[g] {
-            plan.work(
-                &mut rest,
-                &launches,
-                Work {
-                    start: exec.start.0,
-                    end: exec.end.0,
-                    device: exec.device,
-                    pid: exec.pid,
-                    corr: exec.correlation_id,
-                    what: What::Graph(exec.graph_id),
-                },
-            );
-        }
+    let mem_ops = trace.mem_ops.iter().map(|m| Work {
+        start: m.start.0,
+        end: m.end.0,
+        device: m.device,
+        pid: m.pid,
+        corr: m.correlation_id,
+        what: What::MemOp(m.kind),
+    });
+    let graphs = (trace.graph_execs.iter().zip(&untraced))
+        .filter(|(_, &untraced)| untraced)
+        .map(|(g, _)| Work {
+            start: g.start.0,
+            end: g.end.0,
+            device: g.device,
+            pid: g.pid,
+            corr: g.correlation_id,
+            what: What::Graph(g.graph_id),
+        });
+    for w in mem_ops.chain(graphs) {
+        plan.work(&mut rest, &launches, w);
     }
     chunks.push(rest);
 

@@ -79,6 +79,19 @@ struct DeviceSweep {
     active: Vec<usize>,
 }
 
+impl DeviceSweep {
+    fn new() -> DeviceSweep {
+        DeviceSweep {
+            counts: [0; KINDS.len()],
+            ends: BinaryHeap::new(),
+            prev: None,
+            windows: Vec::new(),
+            next_window: 0,
+            active: Vec::new(),
+        }
+    }
+}
+
 /// Sweep `ops` (both lists sorted by start) device by device, cutting each device's timeline
 /// into segments and adding each segment to the windows it overlaps.
 pub(super) fn sweep(
@@ -103,14 +116,7 @@ pub(super) fn sweep(
     for (i, w) in windows.iter().enumerate() {
         devices
             .entry(w.device)
-            .or_insert_with(|| DeviceSweep {
-                counts: [0; KINDS.len()],
-                ends: BinaryHeap::new(),
-                prev: None,
-                windows: Vec::new(),
-                next_window: 0,
-                active: Vec::new(),
-            })
+            .or_insert_with(DeviceSweep::new)
             .windows
             .push(i);
     }
@@ -198,14 +204,7 @@ pub(super) fn sweep(
             if let Some((dev, st)) = last.take() {
                 devices.insert(dev, st);
             }
-            let st = devices.remove(&op.device).unwrap_or_else(|| DeviceSweep {
-                counts: [0; KINDS.len()],
-                ends: BinaryHeap::new(),
-                prev: None,
-                windows: Vec::new(),
-                next_window: 0,
-                active: Vec::new(),
-            });
+            let st = devices.remove(&op.device).unwrap_or_else(DeviceSweep::new);
             last = Some((op.device, st));
         }
         let d = &mut last.as_mut().expect("set above").1;

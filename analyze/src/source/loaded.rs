@@ -18,6 +18,24 @@ use super::{ApiRow, KernelRow, KernelTexts, TraceSource};
 /// Rows handed to one chunk's state.
 const CHUNK: usize = 1 << 16;
 
+/// `row` over `items` in chunks side by side, each into a state made by `init`, in order.
+fn in_chunks<T: Sync, S: Send>(
+    items: &[T],
+    init: impl Fn() -> S + Sync,
+    row: impl Fn(&mut S, &T) + Sync,
+) -> Vec<S> {
+    items
+        .par_chunks(CHUNK)
+        .map(|chunk| {
+            let mut s = init();
+            for item in chunk {
+                row(&mut s, item);
+            }
+            s
+        })
+        .collect()
+}
+
 /// The texts of a loaded trace's kernel names: its strings.
 pub struct TraceTexts<'a>(&'a Trace);
 
@@ -85,26 +103,17 @@ impl TraceSource for LoadedSource<'_> {
         init: impl Fn() -> S + Sync,
         row: impl Fn(&mut S, &ApiRow) + Sync,
     ) -> Result<Vec<S>> {
-        Ok(self
-            .trace
-            .api_calls
-            .par_chunks(CHUNK)
-            .map(|calls| {
-                let mut s = init();
-                for c in calls {
-                    let api = ApiRow {
-                        start: c.start.0,
-                        end: c.end.0,
-                        pid: c.pid,
-                        tid: c.tid,
-                        correlation_id: c.correlation_id,
-                        name: if names { c.name.0 as u64 } else { 0 },
-                    };
-                    row(&mut s, &api);
-                }
-                s
-            })
-            .collect())
+        Ok(in_chunks(&self.trace.api_calls, init, |s, c| {
+            let api = ApiRow {
+                start: c.start.0,
+                end: c.end.0,
+                pid: c.pid,
+                tid: c.tid,
+                correlation_id: c.correlation_id,
+                name: if names { c.name.0 as u64 } else { 0 },
+            };
+            row(s, &api);
+        }))
     }
 
     fn scan_kernels<S: Send>(
@@ -114,28 +123,19 @@ impl TraceSource for LoadedSource<'_> {
         init: impl Fn() -> S + Sync,
         row: impl Fn(&mut S, &KernelRow<'_, (StrId, StrId)>) + Sync,
     ) -> Result<Vec<S>> {
-        Ok(self
-            .trace
-            .kernels
-            .par_chunks(CHUNK)
-            .map(|kernels| {
-                let mut s = init();
-                for k in kernels {
-                    let names = (k.name, k.short_name);
-                    let kernel = KernelRow {
-                        start: k.start.0,
-                        end: k.end.0,
-                        device: k.device,
-                        pid: k.pid,
-                        correlation_id: k.correlation_id,
-                        names: &names,
-                        graph_node: k.graph_node_id.filter(|_| graph_node).map(|n| n as i64),
-                    };
-                    row(&mut s, &kernel);
-                }
-                s
-            })
-            .collect())
+        Ok(in_chunks(&self.trace.kernels, init, |s, k| {
+            let names = (k.name, k.short_name);
+            let kernel = KernelRow {
+                start: k.start.0,
+                end: k.end.0,
+                device: k.device,
+                pid: k.pid,
+                correlation_id: k.correlation_id,
+                names: &names,
+                graph_node: k.graph_node_id.filter(|_| graph_node).map(|n| n as i64),
+            };
+            row(s, &kernel);
+        }))
     }
 
     fn check_bounds(&self) -> Result<()> {

@@ -20,7 +20,7 @@
 //! step) with its run metadata. Both are written atomically once the configuration has run; with
 //! more than one configuration each file name gets the configuration's label ([`output_path`]).
 //!
-//! Statistics are pure functions ([`stats`]); the table, the JSON results file and a trace's run
+//! Statistics are pure functions (`analyze::formats::step_times`); the table, the JSON results file and a trace's run
 //! metadata are built from the rows in [`report`]. Beside the harness: [`numerics`], which dumps
 //! one step's tensors for a PyTorch check, through [`safetensors`]; and [`attention`], the
 //! benchmark of the attention core alone (`collect attention`).
@@ -37,7 +37,6 @@ pub mod attention;
 pub mod numerics;
 pub mod report;
 pub mod safetensors;
-pub mod stats;
 
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::caching::SharedCaching;
@@ -50,8 +49,8 @@ use crate::nvtx::{self, range, RangeListener};
 use crate::trace::session::TraceSession;
 use crate::transformer::config::{Attention, Checkpoint, Mode, ModelConfig, Precision, RunConfig};
 use crate::transformer::{plan, Model, StepOptions};
+use analyze::formats::step_times::StepTimes as Stats;
 use report::run_metadata;
-use stats::Stats;
 
 /// History entries kept while recording (PyTorch's `max_entries` default is larger than any
 /// one step of these models needs: the large model's train step at ctx 256 makes 2,829).

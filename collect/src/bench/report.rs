@@ -13,13 +13,13 @@ use analyze::formats::run_metadata::{self, RunDescription, RunMetadata};
 use analyze::render::cells::format_bytes;
 use analyze::render::{Cell, Document, Section, Table};
 
-use super::stats::Stats;
 use super::{BenchOptions, Measured, Outcome, Row};
 use crate::error::{Error, Result};
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::device_memory::AllocatorKind;
 use crate::transformer::config::RunConfig;
 use crate::transformer::plan;
+use analyze::formats::step_times::StepTimes as Stats;
 
 /// Run-metadata keys `bench` adds to [`run_metadata::keys`].
 pub mod keys {

@@ -73,9 +73,11 @@ impl Gatherer<'_> {
     fn attribution(&self, c: &mut KernelChunk, calls: &Calls, pid: u32, corr: u64) -> (u32, bool) {
         c.scratch.clear();
         let scratch = &mut c.scratch;
-        let first = calls.each(pid, corr, &mut c.cursor, self.needs.projection, |ctx| {
-            scratch.push(ctx)
-        });
+        let first = calls
+            .launches
+            .each(pid, corr, &mut c.cursor, self.needs.projection, |ctx| {
+                scratch.push(ctx)
+            });
         let a = match c.scratch.len() {
             0 => 0,
             1 => 1 + c.scratch[0],

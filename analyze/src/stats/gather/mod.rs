@@ -24,7 +24,7 @@ mod kernels;
 
 use std::collections::HashMap;
 
-use crate::attribution::launches::{max_bits, CorrRuns, Cursor, LaunchIndex};
+use crate::attribution::launches::{max_bits, CorrRuns, LaunchIndex};
 use crate::attribution::ranges::{thread_key, Enclosure};
 use crate::model::trace::RangeStyle;
 
@@ -298,20 +298,5 @@ impl Gatherer<'_> {
             ctxs,
             launches: LaunchIndex::build(launches, self.max_bits),
         }
-    }
-}
-
-impl Calls {
-    /// [`LaunchIndex::each`].
-    #[inline]
-    pub fn each(
-        &self,
-        pid: u32,
-        corr: u64,
-        cursor: &mut Cursor,
-        mark: bool,
-        f: impl FnMut(u32),
-    ) -> bool {
-        self.launches.each(pid, corr, cursor, mark, f)
     }
 }
