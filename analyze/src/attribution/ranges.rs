@@ -16,7 +16,7 @@ pub(crate) fn thread_key(pid: u32, tid: u32) -> u64 {
 
 /// Lists of range indices, each stored once; list 0 is the empty one.
 #[derive(Default)]
-pub(crate) struct Sets {
+pub struct Sets {
     spans: Vec<(u32, u32)>,
     items: Vec<u32>,
     index: HashMap<Vec<u32>, u32>,
@@ -49,7 +49,7 @@ impl Sets {
 /// One thread's attributable ranges, cut into pieces at their boundaries: piece `2i + 1` is the
 /// boundary `bounds[i]` itself, piece `2i` the open stretch before it (piece `2n` the one after
 /// the last).
-pub(crate) struct Pieces {
+pub struct Pieces {
     bounds: Vec<i64>,
     /// The ranges containing each piece, as a set id.
     pub(crate) sets: Vec<u32>,

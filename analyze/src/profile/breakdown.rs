@@ -13,7 +13,7 @@
 //! overlapped or not: `exposed_communication_ns` is the part that no compute (or graph) hid.
 //!
 //! This module knows nothing of ranges: [`super::ranges`] says which windows to look at, and
-//! [`super::sweep`] cuts the timelines.
+//! `sweep` cuts the timelines.
 
 use serde::Serialize;
 

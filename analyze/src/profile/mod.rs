@@ -10,10 +10,10 @@
 //! ratio beside the FLOP ratio 5/(4·head_dim), figures per device and process, and the longest
 //! idle gaps.
 //!
-//! One engine computes all of it ([`engine`]): a [`crate::source::TraceSource`] (an nsys export
+//! One engine computes all of it (`engine`): a [`crate::source::TraceSource`] (an nsys export
 //! streamed, or a loaded trace) pushes its API calls and GPU work through the profile's plan
-//! ([`plan`]: which step, phase and attention range claims each piece of work, summed there),
-//! and one sweep of each device's timeline ([`sweep`]) gives every breakdown and the idle gaps.
+//! (`plan`: which step, phase and attention range claims each piece of work, summed there),
+//! and one sweep of each device's timeline (`sweep`) gives every breakdown and the idle gaps.
 //! [`profile_file`] reads a file, [`profile`] a trace already loaded; the [`Profile`]
 //! serialises to the JSON of `analyze profile --format json` and [`Profile::document`] lays it
 //! out as tables. Range selection is in [`ranges`], the breakdown's parts in [`breakdown`],

@@ -24,7 +24,7 @@
 //! `gpu_user_annotation`, the device's view of a CPU annotation of the same name) are never
 //! steps or phase instances: the CPU range they mirror is. PyTorch's `emit_nvtx` labels
 //! (`aten::mm, seq = 45, op_id = 678`) group under their operator name ([`group_name`]). This
-//! module selects ranges; which work each claims is [`super::plan`]'s, and it computes no
+//! module selects ranges; which work each claims is `plan`'s, and it computes no
 //! statistics.
 
 use std::collections::{HashMap, HashSet};
@@ -163,7 +163,7 @@ fn containing_step(trace: &Trace, steps: &[usize], range: &Range) -> Option<usiz
 /// The instances of the host ranges accepted by `matches`. With `steps` non-empty, only
 /// instances inside a step count (and the steps are the step ranges that hold one); with `steps`
 /// empty every instance counts and is its own step. Which work each claims is the plan's
-/// ([`super::plan`]): a piece of work launched inside nested ranges of the same name counts once,
+/// (`plan`): a piece of work launched inside nested ranges of the same name counts once,
 /// for the first instance.
 pub fn select(trace: &Trace, steps: &[usize], matches: impl Fn(&Range) -> bool) -> Selection {
     let mut sel = Selection::default();

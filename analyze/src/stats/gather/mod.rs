@@ -15,7 +15,7 @@
 //! kept as `u32` where they fit ([`Samples`]).
 //!
 //! Rows come in chunks, each gathered on its own ([`ApiChunk`], [`KernelChunk`]) and merged in
-//! table order, so the chunks of an export's pages can be read side by side. A [`Trace`] goes
+//! table order, so the chunks of an export's pages can be read side by side. A [`crate::model::Trace`] goes
 //! through the same code as one chunk ([`Gathered::from_trace`]): the reports are computed from
 //! what is gathered either way.
 
