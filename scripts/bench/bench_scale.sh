@@ -13,8 +13,8 @@
 # `profile_each` row, one after the other in one timed shell; its peak is the largest). With a
 # REFERENCE_ANALYZE binary, each command runs with it too (its outputs kept in WORK_DIR for the next
 # run) and the table says whether the outputs are equal byte for byte. ANALYZE names a prebuilt
-# binary instead of building one; ONLY runs the rows whose input name matches a pattern (x50,
-# x200, kineto, memsnap). The memory check of both is off (ANALYZE_MEMORY_LIMIT=off), since the
+# binary instead of building one; ONLY runs (and makes the inputs of) the rows whose input name
+# matches an extended regular expression (x50, x200, kineto, memsnap, copies20, or `x50|copies20`). The memory check of both is off (ANALYZE_MEMORY_LIMIT=off), since the
 # reference build may predate it and the figures compare the work, not the refusal.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +34,7 @@ fi
 export ANALYZE_MEMORY_LIMIT=off
 
 make_input() { # kind input output copies
+    [[ -n $ONLY && ! $(basename "$3") =~ $ONLY ]] && return
     if [[ ! -f $3 ]]; then
         echo "making $3 ($1 ×$4) ..." >&2
         python3 scripts/bench/make_large.py "$1" "$2" "$3" --copies "$4" 2>/dev/null
@@ -43,8 +44,8 @@ make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" 
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x200.sqlite" 200
 make_input kineto "$SHARED/kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz" "$WORK/kineto_x150.json" 150
 make_input memsnap "$MEMSNAP_BASE" "$WORK/memsnap_x$MEMSNAP_COPIES.pickle" "$MEMSNAP_COPIES"
-mkdir -p "$WORK/copies20"
-for i in $(seq -w 1 20); do
+[[ -z $ONLY || copies20 =~ $ONLY ]] && mkdir -p "$WORK/copies20"
+[[ -d $WORK/copies20 ]] && for i in $(seq -w 1 20); do
     [[ -f $WORK/copies20/run$i.sqlite.gz ]] || cp "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/copies20/run$i.sqlite.gz"
 done
 # `each.sh BINARY ARGS... DIR`: the command on every file of DIR, one after the other.
@@ -91,7 +92,7 @@ echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/ {print $2}') GiB; load ave
 printf '%-16s %-24s %7s %9s %9s %9s %9s %s\n' command input size time_s peak_MB ref_s ref_MB same
 for run in "${RUNS[@]}"; do
     IFS='|' read -r name input args <<<"$run"
-    [[ -n $ONLY && $input != *$ONLY* ]] && continue
+    [[ -n $ONLY && ! $input =~ $ONLY ]] && continue
     file=$WORK/$input
     stem=${input%%.*}_$name
     # A run over every file of a folder goes through each.sh; @TMP@ is a fresh folder.

@@ -137,23 +137,21 @@ pub(super) fn run<S: TraceSource>(
         .collect();
     let untraced = super::ranges::untraced(&trace.graph_execs, &traced);
     let mut rest = WorkChunk::default();
-    let mem_ops = trace.mem_ops.iter().map(|m| Work {
-        start: m.start.0,
-        end: m.end.0,
-        device: m.device,
-        pid: m.pid,
-        corr: m.correlation_id,
-        what: What::MemOp(m.kind),
+    let mem_ops = (trace.mem_ops.iter()).map(|m| {
+        Work::of(
+            m.start,
+            m.end,
+            m.device,
+            m.pid,
+            m.correlation_id,
+            What::MemOp(m.kind),
+        )
     });
     let graphs = (trace.graph_execs.iter().zip(&untraced))
         .filter(|(_, &untraced)| untraced)
-        .map(|(g, _)| Work {
-            start: g.start.0,
-            end: g.end.0,
-            device: g.device,
-            pid: g.pid,
-            corr: g.correlation_id,
-            what: What::Graph(g.graph_id),
+        .map(|(g, _)| {
+            let what = What::Graph(g.graph_id);
+            Work::of(g.start, g.end, g.device, g.pid, g.correlation_id, what)
         });
     for w in mem_ops.chain(graphs) {
         plan.work(&mut rest, &launches, w);

@@ -139,6 +139,26 @@ pub(super) struct Work {
     pub(super) what: What,
 }
 
+impl Work {
+    pub(super) fn of(
+        start: Nanos,
+        end: Nanos,
+        device: u32,
+        pid: u32,
+        corr: u64,
+        what: What,
+    ) -> Work {
+        Work {
+            start: start.0,
+            end: end.0,
+            device,
+            pid,
+            corr,
+            what,
+        }
+    }
+}
+
 /// What one instance's work adds up to.
 #[derive(Clone, Default)]
 pub(super) struct InstanceSums {

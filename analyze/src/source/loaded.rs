@@ -11,12 +11,26 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::formats::nsys_sqlite::table::KERNEL;
-use crate::model::trace::{StrId, Trace};
+use crate::model::trace::{ApiCall, StrId, Trace};
 
 use super::{ApiRow, KernelRow, KernelTexts, TraceSource};
 
 /// Rows handed to one chunk's state.
 const CHUNK: usize = 1 << 16;
+
+impl ApiRow {
+    /// The row of a loaded call, its name's interned id as the key when `names`.
+    fn of_call(c: &ApiCall, names: bool) -> ApiRow {
+        ApiRow {
+            start: c.start.0,
+            end: c.end.0,
+            pid: c.pid,
+            tid: c.tid,
+            correlation_id: c.correlation_id,
+            name: if names { c.name.0 as u64 } else { 0 },
+        }
+    }
+}
 
 /// `row` over `items` in chunks side by side, each into a state made by `init`, in order.
 fn in_chunks<T: Sync, S: Send>(
@@ -104,15 +118,7 @@ impl TraceSource for LoadedSource<'_> {
         row: impl Fn(&mut S, &ApiRow) + Sync,
     ) -> Result<Vec<S>> {
         Ok(in_chunks(&self.trace.api_calls, init, |s, c| {
-            let api = ApiRow {
-                start: c.start.0,
-                end: c.end.0,
-                pid: c.pid,
-                tid: c.tid,
-                correlation_id: c.correlation_id,
-                name: if names { c.name.0 as u64 } else { 0 },
-            };
-            row(s, &api);
+            row(s, &ApiRow::of_call(c, names));
         }))
     }
 

@@ -105,15 +105,7 @@ impl Samples {
         } else {
             (self.nth(n / 2 - 1, negative) as i128 + self.nth(n / 2, negative) as i128) as f64 / 2.0
         };
-        Some(Summary {
-            count: n as u64,
-            total: total.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
-            min,
-            max,
-            mean: total as f64 / n as f64,
-            median,
-            std_dev,
-        })
+        Some(Summary::of_parts(n, total, (min, max), median, std_dev))
     }
 
     /// The `k`-th smallest sample (`large` sorted, `negative` of them below 0).

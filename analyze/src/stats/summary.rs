@@ -65,15 +65,29 @@ impl Summary {
         }
         let (min, max) = (sorted.at(0), sorted.at(n - 1));
         let total: i128 = sorted.values().map(|v| v as i128).sum();
-        Some(Summary {
+        let median = median_of(sorted)?;
+        let std_dev = std_dev_of(sorted, n, (n - 1) as f64)?;
+        Some(Summary::of_parts(n, total, (min, max), median, std_dev))
+    }
+
+    /// The summary of `n` values adding up to `total`, from their extremes, median and standard
+    /// deviation: the total clamped to `i64`, the mean exact in the 128-bit total.
+    pub fn of_parts(
+        n: usize,
+        total: i128,
+        (min, max): (i64, i64),
+        median: f64,
+        std_dev: f64,
+    ) -> Summary {
+        Summary {
             count: n as u64,
             total: total.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
             min,
             max,
             mean: total as f64 / n as f64,
-            median: median_of(sorted)?,
-            std_dev: std_dev_of(sorted, n, (n - 1) as f64)?,
-        })
+            median,
+            std_dev,
+        }
     }
 }
 
