@@ -14,7 +14,9 @@
 # REFERENCE_ANALYZE binary, each command runs with it too (its outputs kept in WORK_DIR for the next
 # run) and the table says whether the outputs are equal byte for byte. ANALYZE names a prebuilt
 # binary instead of building one; ONLY runs (and makes the inputs of) the rows whose input name
-# matches an extended regular expression (x50, x200, kineto, memsnap, copies20, or `x50|copies20`). The memory check of both is off (ANALYZE_MEMORY_LIMIT=off), since the
+# matches an extended regular expression (x50, x200, kineto, memsnap, copies20, `x50|copies20`);
+# SHARED names another folder holding the shared fixtures' `ours/` files. The memory check of
+# both is off (ANALYZE_MEMORY_LIMIT=off), since the
 # reference build may predate it and the figures compare the work, not the refusal.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/../.."
 REF=${1:-}
 WORK=${2:-/tmp/analyze-scale}
 ONLY=${ONLY:-}
-SHARED=../shared/fixtures/ours
+SHARED=${SHARED:-../shared/fixtures/ours}
 MEMSNAP_BASE=${MEMSNAP_BASE:-fixtures/memsnap/memsnap_medium_ctx512_train_fp32.pickle.gz}
 MEMSNAP_COPIES=${MEMSNAP_COPIES:-1100}
 mkdir -p "$WORK"
