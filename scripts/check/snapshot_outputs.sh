@@ -19,7 +19,7 @@ traces=$(ls "$root"/fixtures/nsys/*.sqlite.gz "$root"/fixtures/collect/*.sqlite.
 prev=
 for f in $traces; do
   n=$(name "$f")
-  case "$f" in *.sqlite|*.sqlite.gz) "$bin" stats --report all "$f" > "$out/$n.stats.txt" 2>&1; echo "exit $?" >> "$out/$n.stats.txt";; esac
+  "$bin" stats --report all "$f" > "$out/$n.stats.txt" 2>&1; echo "exit $?" >> "$out/$n.stats.txt"
   "$bin" profile --format json "$f" > "$out/$n.profile.json" 2>&1; echo "exit $?" >> "$out/$n.profile.json"
   "$bin" profile --format json --device 0 "$f" > "$out/$n.profile_device0.json" 2>&1; echo "exit $?" >> "$out/$n.profile_device0.json"
   pid=$(grep -m1 -o '"process": *[0-9]*' "$out/$n.profile.json" | grep -o '[0-9]*$')

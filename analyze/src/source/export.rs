@@ -18,7 +18,7 @@ use crate::formats::nsys_sqlite::split_global_tid;
 use crate::formats::nsys_sqlite::table::{DRIVER, KERNEL, RUNTIME};
 use crate::model::trace::{StrId, Trace};
 
-use super::{ApiRow, KernelRow, KernelTexts, TraceSource, UNNAMED_KERNEL};
+use super::{ApiRow, KernelRow, KernelTexts, NameResolver, TraceSource, UNNAMED_KERNEL};
 
 /// An nsys export, streamed.
 pub struct ExportSource {
@@ -73,6 +73,21 @@ impl ExportSource {
     /// The export itself, for what only an export has.
     pub fn export(&mut self) -> &mut Export {
         &mut self.export
+    }
+}
+
+/// The names of an export's rows, resolved into the trace's strings.
+struct ExportNames<'a>(&'a mut Export);
+
+impl NameResolver for ExportNames<'_> {
+    fn function(&mut self, key: u64) -> StrId {
+        self.0.name(key as i64)
+    }
+    fn name(&mut self, raw: &RawName) -> Option<StrId> {
+        self.0.raw_name(raw)
+    }
+    fn unnamed(&mut self) -> StrId {
+        self.0.intern(UNNAMED_KERNEL)
     }
 }
 
@@ -233,9 +248,13 @@ impl TraceSource for ExportSource {
         })
     }
 
-    fn api_name(&mut self, trace: &mut Trace, key: u64) -> StrId {
+    fn with_raw_names<R>(names: &[RawName; 3], f: impl FnOnce(&[RawName; 3]) -> R) -> R {
+        f(names)
+    }
+
+    fn resolve<R>(&mut self, trace: &mut Trace, f: impl FnOnce(&mut dyn NameResolver) -> R) -> R {
         self.export
-            .with_names(trace, |export| export.name(key as i64))
+            .with_names(trace, |export| f(&mut ExportNames(export)))
     }
 
     fn calls_at(&self, queries: &[(u32, i64)]) -> Result<HashMap<(u32, i64), Option<String>>> {

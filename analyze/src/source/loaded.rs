@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::formats::nsys_sqlite::table::KERNEL;
 use crate::model::trace::{ApiCall, StrId, Trace};
 
-use super::{ApiRow, KernelRow, KernelTexts, TraceSource};
+use super::{ApiRow, KernelRow, KernelTexts, NameResolver, RawName, TraceSource, UNNAMED_KERNEL};
 
 /// Rows handed to one chunk's state.
 const CHUNK: usize = 1 << 16;
@@ -29,6 +29,25 @@ impl ApiRow {
             correlation_id: c.correlation_id,
             name: if names { c.name.0 as u64 } else { 0 },
         }
+    }
+}
+
+/// The names of a loaded trace's rows: already interned, their ids given as string ids.
+struct Interned<'a>(&'a mut Trace);
+
+impl NameResolver for Interned<'_> {
+    fn function(&mut self, key: u64) -> StrId {
+        StrId(key as u32)
+    }
+    fn name(&mut self, raw: &RawName) -> Option<StrId> {
+        match raw {
+            RawName::Id(i) => Some(StrId(*i as u32)),
+            RawName::Text(t) => Some(self.0.strings.intern(t)),
+            RawName::None => None,
+        }
+    }
+    fn unnamed(&mut self) -> StrId {
+        self.0.strings.intern(UNNAMED_KERNEL)
     }
 }
 
@@ -53,8 +72,8 @@ fn in_chunks<T: Sync, S: Send>(
 /// The texts of a loaded trace's kernel names: its strings.
 pub struct TraceTexts<'a>(&'a Trace);
 
-impl KernelTexts<(StrId, StrId)> for TraceTexts<'_> {
-    fn text<'n>(&'n self, names: &'n (StrId, StrId)) -> Cow<'n, str> {
+impl KernelTexts<(StrId, StrId, Option<StrId>)> for TraceTexts<'_> {
+    fn text<'n>(&'n self, names: &'n (StrId, StrId, Option<StrId>)) -> Cow<'n, str> {
         Cow::Borrowed(self.0.name(names.0))
     }
 }
@@ -71,7 +90,7 @@ impl<'a> LoadedSource<'a> {
 }
 
 impl TraceSource for LoadedSource<'_> {
-    type Names = (StrId, StrId);
+    type Names = (StrId, StrId, Option<StrId>);
 
     fn path(&self) -> &Path {
         &self.trace.source.path
@@ -103,8 +122,11 @@ impl TraceSource for LoadedSource<'_> {
         })
     }
 
-    fn name_key(names: &(StrId, StrId)) -> Option<(i64, i64)> {
-        Some((names.0 .0 as i64, names.1 .0 as i64))
+    fn name_key(names: &(StrId, StrId, Option<StrId>)) -> Option<(i64, i64)> {
+        match names.2 {
+            None => Some((names.0 .0 as i64, names.1 .0 as i64)),
+            Some(_) => None,
+        }
     }
 
     fn api_rows(&self) -> u64 {
@@ -124,13 +146,13 @@ impl TraceSource for LoadedSource<'_> {
 
     fn scan_kernels<S: Send>(
         &self,
-        _mangled: bool,
+        mangled: bool,
         graph_node: bool,
         init: impl Fn() -> S + Sync,
-        row: impl Fn(&mut S, &KernelRow<'_, (StrId, StrId)>) + Sync,
+        row: impl Fn(&mut S, &KernelRow<'_, (StrId, StrId, Option<StrId>)>) + Sync,
     ) -> Result<Vec<S>> {
         Ok(in_chunks(&self.trace.kernels, init, |s, k| {
-            let names = (k.name, k.short_name);
+            let names = (k.name, k.short_name, k.mangled_name.filter(|_| mangled));
             let kernel = KernelRow {
                 start: k.start.0,
                 end: k.end.0,
@@ -165,14 +187,26 @@ impl TraceSource for LoadedSource<'_> {
     fn intern_kernels(
         &mut self,
         _trace: &mut Trace,
-        names: &[(StrId, StrId)],
+        names: &[(StrId, StrId, Option<StrId>)],
     ) -> Vec<(StrId, StrId)> {
         // The small tables carry the trace's own strings: its ids stand.
-        names.to_vec()
+        names.iter().map(|n| (n.0, n.1)).collect()
     }
 
-    fn api_name(&mut self, _trace: &mut Trace, key: u64) -> StrId {
-        StrId(key as u32)
+    fn with_raw_names<R>(
+        names: &(StrId, StrId, Option<StrId>),
+        f: impl FnOnce(&[RawName; 3]) -> R,
+    ) -> R {
+        let id = |s: StrId| RawName::Id(s.0 as i64);
+        f(&[id(names.0), id(names.1), names.2.map_or(RawName::None, id)])
+    }
+
+    fn resolve<R>(&mut self, trace: &mut Trace, f: impl FnOnce(&mut dyn NameResolver) -> R) -> R {
+        f(&mut Interned(trace))
+    }
+
+    fn ids_in_file_order(&self) -> bool {
+        true
     }
 
     fn calls_at(&self, queries: &[(u32, i64)]) -> Result<HashMap<(u32, i64), Option<String>>> {

@@ -24,6 +24,7 @@ use std::hash::Hash;
 use std::path::Path;
 
 use crate::error::Result;
+pub use crate::formats::nsys_sqlite::read::RawName;
 use crate::model::trace::{StrId, Trace};
 
 /// A CUDA API call as a source hands it over; its end is never before its start.
@@ -56,6 +57,16 @@ pub struct KernelRow<'a, N> {
 
 /// The kernel text that names a kernel without a name.
 pub const UNNAMED_KERNEL: &str = "<unnamed kernel>";
+
+/// Names of rows as a source hands them over, interned.
+pub trait NameResolver {
+    /// An API function's key ([`ApiRow::name`]).
+    fn function(&mut self, key: u64) -> StrId;
+    /// A kernel name as read; `None` for none.
+    fn name(&mut self, raw: &RawName) -> Option<StrId>;
+    /// The name of a kernel without one ([`UNNAMED_KERNEL`]).
+    fn unnamed(&mut self) -> StrId;
+}
 
 /// The text of kernel names, without interning them.
 pub trait KernelTexts<N> {
@@ -124,8 +135,19 @@ pub trait TraceSource {
     /// one [`TraceSource::small_tables`] made).
     fn intern_kernels(&mut self, trace: &mut Trace, names: &[Self::Names]) -> Vec<(StrId, StrId)>;
 
-    /// The interned name of an API call's function.
-    fn api_name(&mut self, trace: &mut Trace, key: u64) -> StrId;
+    /// A kernel's names as columns of an export: nsys string ids, inline text or none (a
+    /// loaded trace's interned ids stand for string ids).
+    fn with_raw_names<R>(names: &Self::Names, f: impl FnOnce(&[RawName; 3]) -> R) -> R;
+
+    /// Run `f` with the names of rows (function keys, raw kernel names) resolving into `trace`'s
+    /// strings (`trace` being the one [`TraceSource::small_tables`] made).
+    fn resolve<R>(&mut self, trace: &mut Trace, f: impl FnOnce(&mut dyn NameResolver) -> R) -> R;
+
+    /// Whether the interned ids of names follow their first occurrence in the file (a loaded
+    /// trace's do; an export's follow the order the rows were read).
+    fn ids_in_file_order(&self) -> bool {
+        false
+    }
 
     /// For each (process, time): the name of the CUDA API call the process was in at that time
     /// (the latest-started one, the last in table order among equals), if any.

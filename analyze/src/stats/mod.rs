@@ -19,6 +19,9 @@ pub mod samples;
 mod stream;
 pub mod summary;
 
+use crate::source::loaded::LoadedSource;
+use crate::source::TraceSource;
+
 use std::fmt;
 
 use rayon::prelude::*;
@@ -255,17 +258,14 @@ fn reads_ranges(reports: &[Report]) -> (bool, bool) {
 }
 
 /// Compute several reports of one trace, sharing the work they have in common: its kernels and
-/// API calls are gathered once ([`gather`]) for all of them.
+/// API calls are gathered once ([`gather`]) for all of them, the trace read as a source.
 pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>> {
-    let needs = needs(reports);
-    let ranges = attribution::all_ranges(trace);
-    let labels = attribution::Labels::new(trace, &ranges);
-    let enclosure = crate::attribution::ranges::Enclosure::new(
-        if needs.attribution { &ranges } else { &[] },
-        &labels.of_range,
-    );
-    let gathered = gather::Gathered::from_trace(trace, needs, &enclosure);
-    tables(trace, &ranges, &labels, gathered, reports)
+    let mut source = LoadedSource::new(trace);
+    let (nvtx, mem_ops) = stream::tables_read(reports);
+    source
+        .small_tables(nvtx, mem_ops)
+        .and_then(|small| stream::source_reports(&mut source, small, reports))
+        .expect("a loaded trace reads without error")
 }
 
 /// The reports of a trace whose kernels and API calls are `gathered` (the trace may hold none of

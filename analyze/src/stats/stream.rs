@@ -1,22 +1,20 @@
-//! The reports of a file, streaming an nsys export ([`ExportSource`]): the small tables (NVTX,
-//! memory operations) load as a trace without kernels or API calls, the large ones are read in
-//! chunks side by side straight into what [`super::gather`] keeps (only the columns the reports
-//! named need), and the reports are computed from that as [`super::reports`] computes them from
-//! a whole trace. Other inputs (Kineto traces) load whole.
+//! The reports of a source: its small tables (NVTX, memory operations) as a trace without
+//! kernels or API calls, then its API calls and kernels pushed in chunks side by side straight
+//! into what [`super::gather`] keeps (only the columns the reports named need), and the reports
+//! computed from that. An nsys export streams; other inputs (Kineto traces) load whole and go
+//! through the same code as a loaded source.
 
 use std::path::Path;
 
 use crate::attribution::ranges::Enclosure;
 use crate::error::Result;
-use crate::formats::limits::Limits;
-use crate::formats::nsys_sqlite::read::{Export, RawName};
-use crate::model::trace::StrId;
+use crate::model::trace::Trace;
 use crate::render::Document;
-use crate::source::export::ExportSource;
-use crate::source::TraceSource;
+use crate::render::Table;
+use crate::source::{self, Opened, TraceSource};
 
 use super::attribution::{all_ranges, Labels};
-use super::gather::{ApiChunk, Gathered, Gatherer, KernelChunk, Names};
+use super::gather::{ApiChunk, Gathered, Gatherer, KernelChunk};
 use super::{assemble, needs, reads_ranges, tables, Missing, Report};
 
 /// Bytes kept per kernel and per API call while streaming (durations as `u32`, and the index of
@@ -26,15 +24,34 @@ const PER_CALL: u64 = 8;
 
 /// [`super::document`] of the file at `path`, streaming it when it is an nsys export.
 pub fn document_file(path: &Path, named: &[(String, Report)]) -> Result<(Document, Vec<Missing>)> {
-    let limits = Limits::from_env()?;
-    let Some(mut source) = ExportSource::open(path, &limits, PER_KERNEL, PER_CALL)? else {
-        let trace = crate::formats::load_trace(path)?;
-        return Ok(super::document(&trace, named));
-    };
     let kinds: Vec<Report> = named.iter().map(|r| r.1).collect();
-    let needs = needs(&kinds);
-    let (nvtx, mem_ops) = reads_ranges(&kinds);
-    let mut trace = source.small_tables(nvtx, mem_ops || needs.projection)?;
+    match source::open(path, PER_KERNEL, PER_CALL)? {
+        Opened::Export(mut export) => {
+            let (nvtx, mem_ops) = tables_read(&kinds);
+            let trace = export.small_tables(nvtx, mem_ops)?;
+            Ok(assemble(
+                named,
+                source_reports(&mut *export, trace, &kinds)?,
+            ))
+        }
+        Opened::Loaded(trace) => Ok(super::document(&trace, named)),
+    }
+}
+
+/// Whether the reports `kinds` read the NVTX ranges, and the memory operations.
+pub(super) fn tables_read(kinds: &[Report]) -> (bool, bool) {
+    let (nvtx, mem_ops) = reads_ranges(kinds);
+    (nvtx, mem_ops || needs(kinds).projection)
+}
+
+/// The reports `kinds` of `source`, whose small tables are `trace`: its API calls and kernels
+/// pushed through the gather (only what the reports need), then the tables.
+pub(super) fn source_reports<S: TraceSource>(
+    source: &mut S,
+    mut trace: Trace,
+    kinds: &[Report],
+) -> Result<Vec<std::result::Result<Table, Missing>>> {
+    let needs = needs(kinds);
     let ranges = all_ranges(&trace).into_owned();
     let labels = Labels::new(&trace, &ranges);
     let enclosure = Enclosure::new(
@@ -52,7 +69,9 @@ pub fn document_file(path: &Path, named: &[(String, Report)]) -> Result<(Documen
     let calls = g.finish_calls(api);
     let mut kernels = if needs.kernels {
         source.scan_kernels(needs.mangled, false, KernelChunk::default, |c, k| {
-            g.kernel(c, &calls, k.start, k.end, k.pid, k.correlation_id, k.names);
+            S::with_raw_names(k.names, |names| {
+                g.kernel(c, &calls, k.start, k.end, k.pid, k.correlation_id, names)
+            });
         })?
     } else {
         Vec::new()
@@ -70,26 +89,10 @@ pub fn document_file(path: &Path, named: &[(String, Report)]) -> Result<(Documen
         );
     }
     kernels.push(ops);
-    let gathered = source.export().with_names(&mut trace, |export| {
-        Gathered::finish(calls, kernels, &mut ExportNames(export))
-    });
-    Ok(assemble(
-        named,
-        tables(&trace, &ranges, &labels, gathered, &kinds),
-    ))
-}
-
-/// The names of an export's rows.
-struct ExportNames<'a>(&'a mut Export);
-
-impl Names for ExportNames<'_> {
-    fn function(&mut self, key: u64) -> StrId {
-        self.0.name(key as i64)
+    let mut gathered = source.resolve(&mut trace, |names| Gathered::finish(calls, kernels, names));
+    if source.ids_in_file_order() {
+        // Functions in the order the file first names them, as a stream meets them.
+        gathered.functions.sort_by_key(|f| f.0);
     }
-    fn name(&mut self, raw: &RawName) -> Option<StrId> {
-        self.0.raw_name(raw)
-    }
-    fn unnamed(&mut self) -> StrId {
-        self.0.intern("<unnamed kernel>")
-    }
+    Ok(tables(&trace, &ranges, &labels, gathered, kinds))
 }

@@ -3,22 +3,12 @@
 
 use std::collections::HashMap;
 
-use crate::formats::nsys_sqlite::read::RawName;
-use crate::model::trace::{StrId, Trace};
+use crate::model::trace::StrId;
+use crate::source::NameResolver;
 use crate::stats::attribution::FastMap;
 
 use super::kernels::LISTS;
 use super::*;
-
-/// How the keys of a gathering become interned names.
-pub trait Names {
-    /// An API function's key.
-    fn function(&mut self, key: u64) -> StrId;
-    /// A kernel name as read; `None` for none.
-    fn name(&mut self, raw: &RawName) -> Option<StrId>;
-    /// The name of a kernel without one.
-    fn unnamed(&mut self) -> StrId;
-}
 
 /// A kernel's names, interned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,7 +97,11 @@ impl Gathered {
 
     /// Merge the kernel chunks (in table order) of a gathering whose calls are `calls`,
     /// resolving function keys and kernel names with `names`.
-    pub fn finish(calls: Calls, chunks: Vec<KernelChunk>, names: &mut dyn Names) -> Gathered {
+    pub fn finish(
+        calls: Calls,
+        chunks: Vec<KernelChunk>,
+        names: &mut dyn NameResolver,
+    ) -> Gathered {
         let mut functions: Vec<(StrId, Vec<Samples>)> = Vec::new();
         let mut function_index: FastMap<StrId, usize> = FastMap::default();
         for (key, samples) in calls.functions {
@@ -222,77 +216,5 @@ impl Gathered {
             presence,
             projections,
         }
-    }
-
-    /// Gather `trace`'s kernels and API calls (the enclosure made of all its ranges).
-    pub fn from_trace(trace: &Trace, needs: Needs, enclosure: &Enclosure) -> Gathered {
-        let g = Gatherer::new(needs, enclosure, trace.api_calls.len() as u64);
-        let mut api = ApiChunk::default();
-        if needs.api_sum || needs.attribution {
-            for c in &trace.api_calls {
-                g.api_call(
-                    &mut api,
-                    c.start.0,
-                    c.end.0,
-                    c.pid,
-                    c.tid,
-                    c.correlation_id,
-                    c.name.0 as u64,
-                );
-            }
-        }
-        let calls = g.finish_calls(vec![api]);
-        let mut chunk = KernelChunk::default();
-        let id = |s: StrId| RawName::Id(s.0 as i64);
-        let kernels = if needs.kernels {
-            &trace.kernels[..]
-        } else {
-            &[]
-        };
-        for k in kernels {
-            let names = [
-                id(k.name),
-                id(k.short_name),
-                k.mangled_name.map_or(RawName::None, id),
-            ];
-            g.kernel(
-                &mut chunk,
-                &calls,
-                k.start.0,
-                k.end.0,
-                k.pid,
-                k.correlation_id,
-                &names,
-            );
-        }
-        for m in &trace.mem_ops {
-            g.mem_op(
-                &mut chunk,
-                &calls,
-                m.start.0,
-                m.end.0,
-                m.pid,
-                m.correlation_id,
-            );
-        }
-        struct Interned;
-        impl Names for Interned {
-            fn function(&mut self, key: u64) -> StrId {
-                StrId(key as u32)
-            }
-            fn name(&mut self, raw: &RawName) -> Option<StrId> {
-                match raw {
-                    RawName::Id(i) => Some(StrId(*i as u32)),
-                    _ => None,
-                }
-            }
-            fn unnamed(&mut self) -> StrId {
-                StrId(0)
-            }
-        }
-        let mut gathered = Gathered::finish(calls, vec![chunk], &mut Interned);
-        // Interned ids follow first occurrence in the file the trace came from.
-        gathered.functions.sort_by_key(|f| f.0);
-        gathered
     }
 }

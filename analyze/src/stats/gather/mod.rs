@@ -15,9 +15,8 @@
 //! kept as `u32` where they fit ([`Samples`]).
 //!
 //! Rows come in chunks, each gathered on its own ([`ApiChunk`], [`KernelChunk`]) and merged in
-//! table order, so the chunks of an export's pages can be read side by side. A [`crate::model::Trace`] goes
-//! through the same code as one chunk ([`Gathered::from_trace`]): the reports are computed from
-//! what is gathered either way.
+//! table order, so the chunks of an export's pages can be read side by side. Any source feeds
+//! it the same way ([`crate::source::TraceSource`]: an export streamed, or a loaded trace).
 
 mod finish;
 mod kernels;
@@ -31,7 +30,7 @@ use crate::model::trace::RangeStyle;
 use super::attribution::FastMap;
 pub use super::samples::Samples;
 
-pub use self::finish::{Gathered, KernelNames, Names, Slot};
+pub use self::finish::{Gathered, KernelNames, Slot};
 pub use self::kernels::{KernelChunk, Projection};
 
 /// The context a chunk gives a call: its thread and the sets containing its start and end.
