@@ -36,7 +36,7 @@ pub struct ApiRow {
     pub tid: u32,
     /// 0: linked to no GPU work.
     pub correlation_id: u64,
-    /// The function's name, as a key the source resolves ([`TraceSource::api_name`]); 0 when
+    /// The function's name, as a key the source resolves ([`NameResolver::function`]); 0 when
     /// names were not asked for.
     pub name: u64,
 }
