@@ -197,3 +197,56 @@ fn the_table_and_the_report_name_the_slowest_rank() {
         "the section has its id in report.json"
     );
 }
+
+/// The arrival rule by plain SQL: each device's NCCL kernel starts inside its measured steps (the
+/// windows the profile gives each step on each device), matched in order; each collective's
+/// waiting is the last start minus every earlier one.
+#[test]
+fn straggler_waits_equal_the_arrival_rule_by_plain_sql() {
+    let p = run();
+    let (_dir, db) = unpacked();
+    let conn = Connection::open(&db).unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT k.deviceId, k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
+             JOIN StringIds s ON s.id = k.demangledName
+             WHERE s.value LIKE 'nccl%' ORDER BY k.start",
+        )
+        .unwrap();
+    let mut arrivals: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+    for row in stmt
+        .query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap()
+    {
+        let (device, start) = row.unwrap();
+        let inside = p.step_breakdown.iter().any(|s| {
+            s.device == device && (s.start_ns..=s.start_ns + s.breakdown.span_ns).contains(&start)
+        });
+        if inside {
+            arrivals.entry(device).or_default().push(start);
+        }
+    }
+    let n = arrivals.values().map(Vec::len).min().unwrap();
+    assert!(n > 0, "collectives inside the steps");
+    let mut waited: BTreeMap<u32, i64> = BTreeMap::new();
+    for k in 0..n {
+        let last = arrivals.values().map(|a| a[k]).max().unwrap();
+        for (d, a) in &arrivals {
+            *waited.entry(*d).or_default() += last - a[k];
+        }
+    }
+    println!(
+        "waited by device (SQL): {waited:?}; straggler: {:?}",
+        p.straggler
+    );
+    for d in &p.devices {
+        assert_eq!(d.waited_ns, waited[&d.device], "device {}", d.device);
+    }
+    let s = p.straggler.as_ref().expect("the spinning rank stands out");
+    assert_eq!((s.device, s.process), (1, 646));
+    let others: i64 = waited.iter().filter(|w| *w.0 != 1).map(|w| *w.1).sum();
+    assert_eq!(s.wait_caused_ns, others);
+    assert_eq!(p.measured_steps, 3);
+    let per_step = s.wait_caused_ns_per_step.unwrap();
+    assert!((per_step - others as f64 / 3.0).abs() < 1e-6);
+}

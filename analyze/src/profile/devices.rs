@@ -6,9 +6,8 @@
 //! a rank. Its kernel figures are sums of durations over every kernel the process ran on the
 //! device (what SQL grouped by `deviceId` gives); its compute and idle time come from the
 //! device's timeline ([`super::breakdown`]) between the first and last op of the pair, and per
-//! step from the step's span on the device. The slowest rank is the one with the most compute
-//! per measured step (over the whole trace when there are no steps): in a collective every other
-//! rank waits for it, so its partners' time shows up as communication and it does not.
+//! step from the step's span on the device. The slowest rank is the straggler of
+//! [`super::straggler`]: the one whose late arrival at the collectives the others wait for.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
@@ -19,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::model::trace::{Nanos, Trace};
 
 use super::breakdown::Breakdown;
+use super::straggler::{Straggler, Waits};
 
 /// One process on one device.
 #[derive(Clone, Debug, Serialize)]
@@ -43,8 +43,11 @@ pub struct DeviceProfile {
     pub steps: usize,
     /// Means per measured step, over the step's span on the device; `None` without steps.
     pub per_step: Option<StepFigures>,
-    /// The rank the others wait for: the most compute per step (set only when the trace holds
-    /// more than one pair).
+    /// Time it waited at collectives for a later rank ([`super::straggler`]).
+    pub waited_ns: i64,
+    /// Time the other ranks waited at collectives for it.
+    pub wait_caused_ns: i64,
+    /// The rank the others wait for: the straggler, when one stands out.
     pub slowest: bool,
 }
 
@@ -126,14 +129,16 @@ impl Pair {
     }
 }
 
-/// The profiles of (device, process) pairs, with `breakdown` of a device's window and `steps`
-/// folded in, the slowest pair marked.
+/// The profiles of (device, process) pairs, with `breakdown` of a device's window, `steps` and
+/// the waits at collectives folded in, the straggler marked.
 pub(super) fn profiles(
     pairs: BTreeMap<(u32, u32), Pair>,
     breakdown: impl Fn(u32, Nanos, Nanos) -> Breakdown,
     steps: &[StepBreakdown],
+    waits: &Waits,
+    straggler: Option<&Straggler>,
 ) -> Vec<DeviceProfile> {
-    let mut out: Vec<DeviceProfile> = pairs
+    let out: Vec<DeviceProfile> = pairs
         .into_iter()
         .map(|((device, process), p)| {
             let (first, last) = (p.first.unwrap_or_default(), p.last.unwrap_or_default());
@@ -166,25 +171,12 @@ pub(super) fn profiles(
                 span_ns: whole.span_ns,
                 steps: n,
                 per_step,
-                slowest: false,
+                waited_ns: waits.ranks.get(&(device, process)).map_or(0, |w| w.0),
+                wait_caused_ns: waits.ranks.get(&(device, process)).map_or(0, |w| w.1),
+                slowest: straggler.is_some_and(|s| (s.device, s.process) == (device, process)),
             }
         })
         .collect();
-    if out.len() > 1 {
-        let per_step = out.iter().all(|d| d.per_step.is_some());
-        let compute = |d: &DeviceProfile| match (&d.per_step, per_step) {
-            (Some(s), true) => s.compute_ns,
-            _ => d.compute_ns as f64,
-        };
-        let slowest = (0..out.len()).fold(0, |best, i| {
-            if compute(&out[i]) > compute(&out[best]) {
-                i
-            } else {
-                best
-            }
-        });
-        out[slowest].slowest = true;
-    }
     out
 }
 

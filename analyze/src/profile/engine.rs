@@ -24,10 +24,12 @@ use crate::model::trace::{Nanos, Trace};
 use crate::source::TraceSource;
 
 use super::breakdown::{Breakdown, GapWindow, HostActivity};
+use super::breakdown::{COMMUNICATION, KINDS};
 use super::devices::{check_filters, graph_summary, profiles, GraphSummary, StepBreakdown};
 use super::plan::{ApiChunk, Classes, InstanceSums, Merged, Plan, Ranges, What, Work, WorkChunk};
+use super::straggler;
 use super::summary::{phase_profile, Ranged, Totals};
-use super::sweep::{next_process, sweep, Window};
+use super::sweep::{next_process, sweep, Op, Window};
 use super::{range_names_hint, AttentionProfile, IdleGap, Profile, ProfileOptions, RangeTime};
 use crate::attribution::launches::{max_bits, LaunchIndex};
 
@@ -472,6 +474,13 @@ impl Plan {
                 graphs.graph_ns as f64 / 1e6
             ));
         }
+        // The waits at collectives: each rank's communication kernels, in the measured steps.
+        let waits = straggler::waits(&arrivals(&ops, &step_breakdown));
+        let steps_run = super::ranges::steps_per_process(trace, &self.steps);
+        let straggler = waits.straggler(steps_run);
+        if pairs.len() > 1 {
+            notes.push(waits.note(straggler.as_ref()));
+        }
         // `profiles` asks for the pairs' windows in the pairs' order, the order they were swept.
         let next_pair = std::cell::Cell::new(0);
         let devices = profiles(
@@ -482,6 +491,8 @@ impl Plan {
                 b(pair_windows[i])
             },
             &step_breakdown,
+            &waits,
+            straggler.as_ref(),
         );
         let processes = self
             .steps
@@ -559,6 +570,33 @@ impl Plan {
             graphs,
             step_breakdown,
             idle_gaps,
+            straggler,
         })
     }
+}
+
+/// Each rank's arrivals at collectives: the starts of its communication kernels (`ops` sorted by
+/// start), inside its measured steps when there are any.
+fn arrivals(ops: &[Op], steps: &[StepBreakdown]) -> BTreeMap<(u32, u32), Vec<i64>> {
+    let communication = KINDS.iter().position(|&k| k == COMMUNICATION);
+    let mut windows: HashMap<(u32, u32), Vec<(i64, i64)>> = HashMap::new();
+    for s in steps {
+        let end = s.start_ns.saturating_add(s.breakdown.span_ns);
+        windows
+            .entry((s.device, s.process))
+            .or_default()
+            .push((s.start_ns, end));
+    }
+    let mut out: BTreeMap<(u32, u32), Vec<i64>> = BTreeMap::new();
+    for o in ops.iter().filter(|o| Some(o.kind()) == communication) {
+        let rank = (o.device, o.pid());
+        let inside = steps.is_empty()
+            || windows
+                .get(&rank)
+                .is_some_and(|w| w.iter().any(|&(s, e)| (s..=e).contains(&o.start)));
+        if inside {
+            out.entry(rank).or_default().push(o.start);
+        }
+    }
+    out
 }

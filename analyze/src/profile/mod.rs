@@ -26,6 +26,7 @@ pub mod devices;
 mod engine;
 mod plan;
 pub mod ranges;
+pub mod straggler;
 mod summary;
 mod sweep;
 mod tables;
@@ -215,6 +216,8 @@ pub struct Profile {
     /// The longest stretches during which a device ran nothing inside the measured steps (inside
     /// each device's active span without steps), longest first.
     pub idle_gaps: Vec<IdleGap>,
+    /// The rank the others wait for at the collectives, when one stands out.
+    pub straggler: Option<straggler::Straggler>,
 }
 
 /// Fail with one clear line when `trace` has nothing a profile can use.

@@ -228,6 +228,8 @@ impl Profile {
             "Kernel total (ms)",
             "Comm total (ms)",
             "Graph total (ms)",
+            "Waited (ms)",
+            "Wait caused (ms)",
             "Slowest",
         ]);
         for d in &self.devices {
@@ -245,14 +247,21 @@ impl Profile {
                 ms(d.kernel_ns as f64),
                 ms(d.communication_ns as f64),
                 ms(d.graph_ns as f64),
+                ms(d.waited_ns as f64),
+                ms(d.wait_caused_ns as f64),
                 Cell::text(if d.slowest { "slowest" } else { "" }),
             ]);
         }
         let mut notes = vec!["Per step: means over the process's measured steps, each over the step's span on the device. Totals: every kernel the process ran on the device.".to_owned()];
-        if let Some(d) = self.devices.iter().find(|d| d.slowest) {
+        notes.push("Waited: time at collectives before the last rank arrived; wait caused: the others' waiting for this rank's late arrival.".to_owned());
+        if let Some(s) = &self.straggler {
+            let cost = match s.wait_caused_ns_per_step {
+                Some(p) => format!("{:.3} ms per step", p / 1e6),
+                None => format!("{:.3} ms in all", s.wait_caused_ns as f64 / 1e6),
+            };
             notes.push(format!(
-                "Slowest: device {} (process {}), the most compute per step; the others wait for it in their collectives, which shows as their communication time.",
-                d.device, d.process
+                "Slowest: device {} (process {}), the straggler: it arrives last at the collectives, and the others wait {cost} for it.",
+                s.device, s.process
             ));
         }
         Section {
