@@ -318,3 +318,43 @@ fn json_that_is_not_a_trace_is_a_one_line_error() {
         "{err}"
     );
 }
+
+/// The hint of range names counts each annotation once: the JSON's `user_annotation` events (on
+/// the CPU), not their `gpu_user_annotation` mirrors on the device's timeline.
+#[test]
+fn range_name_hint_counts_mirrored_annotations_once() {
+    let bytes = formats::read_maybe_gzip(&common::fixture(KINETO)).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let on_cpu = |name: &str| {
+        events
+            .iter()
+            .filter(|e| e["cat"] == "user_annotation" && e["name"] == name)
+            .count()
+    };
+    let mirrored = events
+        .iter()
+        .filter(|e| e["cat"] == "gpu_user_annotation" && e["name"] == "Optimizer.step#AdamW.step")
+        .count();
+    assert!(
+        mirrored > 0,
+        "the fixture mirrors the optimizer's annotation on the GPU"
+    );
+    let p = analyze::profile::profile(
+        kineto(),
+        &analyze::kernels::class::Classifier::builtin(),
+        &Default::default(),
+    );
+    let hint = p
+        .notes
+        .iter()
+        .find(|n| n.starts_with("ranges in this trace"))
+        .unwrap();
+    for name in [
+        "Optimizer.step#AdamW.step",
+        "Optimizer.zero_grad#AdamW.zero_grad",
+    ] {
+        let expected = format!("`{name}` x{}", on_cpu(name));
+        assert!(hint.contains(&expected), "{expected} in {hint}");
+    }
+}

@@ -240,4 +240,57 @@ mod tests {
         assert_eq!((gap.start_ns, gap.idle_ns, gap.offset_ns), (30, 10, 30));
         assert_eq!(gap.process, Some(1));
     }
+
+    /// Two processes share device 0 and their steps overlap on it: the idle stretch inside both
+    /// steps' spans is one gap, listed once.
+    #[test]
+    fn an_idle_stretch_in_overlapping_steps_is_listed_once() {
+        use crate::model::trace::{ApiCall, ApiKind, Range, RangeStyle};
+        let mut t = Trace::empty(Source::new("t", SourceFormat::NsysSqlite));
+        let launch = t.strings.intern("cudaLaunchKernel");
+        let step = t.strings.intern("step_0");
+        // Process 1's step launches kernels at 0-10 and 50-60, process 2's at 5-15 and 40-45:
+        // the device idles 15-40 inside both steps' spans.
+        let mut kernels = Vec::new();
+        for (i, (pid, s, e)) in [(1, 0, 10), (2, 5, 15), (2, 40, 45), (1, 50, 60)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut k = kernel(&mut t, "gemm_kernel", s, e);
+            k.pid = pid;
+            k.correlation_id = i as u64 + 1;
+            kernels.push(k);
+            t.api_calls.push(ApiCall {
+                start: Nanos(s - 1),
+                end: Nanos(s),
+                pid,
+                tid: pid,
+                correlation_id: i as u64 + 1,
+                name: launch,
+                kind: ApiKind::Runtime,
+            });
+        }
+        t.kernels = kernels;
+        t.api_calls.sort_by_key(|c| c.start);
+        for pid in [1, 2] {
+            t.ranges.push(Range {
+                start: Nanos(-10),
+                end: Nanos(100),
+                style: RangeStyle::PushPop,
+                name: step,
+                domain: None,
+                pid,
+                tid: pid,
+                end_tid: None,
+            });
+        }
+        let p = profile(&t, &Classifier::builtin(), &ProfileOptions::default());
+        assert_eq!(p.step_breakdown.len(), 2, "{:?}", p.step_breakdown);
+        let gaps: Vec<(i64, i64)> = p
+            .idle_gaps
+            .iter()
+            .map(|g| (g.start_ns, g.idle_ns))
+            .collect();
+        assert_eq!(gaps, vec![(15, 25), (45, 5)]);
+    }
 }

@@ -297,11 +297,16 @@ fn names_matching(trace: &Trace, f: impl Fn(&str) -> bool) -> std::collections::
         .collect()
 }
 
-/// "ranges in this trace: ..." with the most frequent range names (`emit_nvtx` labels grouped
+/// "ranges in this trace: ..." with the most frequent host range names (`emit_nvtx` labels grouped
 /// under their operator), to help pick `--phases`.
 fn range_names_hint(trace: &Trace) -> Option<String> {
     let mut counts: HashMap<&str, usize> = HashMap::new();
-    for r in &trace.ranges {
+    // A profiler's GPU-side mirror of an annotation is the same range again: counted once.
+    for r in trace
+        .ranges
+        .iter()
+        .filter(|r| ranges::is_host_range(trace, r))
+    {
         *counts.entry(group_name(trace.name(r.name))).or_default() += 1;
     }
     if counts.is_empty() {

@@ -131,6 +131,9 @@ pub(super) fn sweep(
             d.next_window += 1;
         }
         d.active.retain(|&w| windows[w].end > a);
+        // An idle stretch is listed once, in the earliest gap window that holds it (step spans
+        // on a device can overlap: a pipelined run, or two processes sharing it).
+        let mut listed = false;
         for &w in &d.active {
             let win = &windows[w];
             let o = b.min(win.end).saturating_sub(a.max(win.start));
@@ -140,9 +143,10 @@ pub(super) fn sweep(
             if running != 0 {
                 covered[w] = covered[w].saturating_add(o);
                 breakdowns[w].add_running(running, o);
-            } else if let Some(g) = gap_of[w] {
+            } else if let Some(g) = gap_of[w].filter(|_| !listed) {
                 // Idle time is what the segments that ran something leave of the window; an idle
                 // stretch is only looked at as a gap.
+                listed = true;
                 heap.push(Stretch(a.max(win.start), b.min(win.end), g));
                 if heap.len() > top {
                     heap.pop();
