@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use analyze::profile::ranges::Attribution;
 use analyze::profile::{self, ProfileOptions, DEFAULT_STEPS};
-use analyze::render::{render_to_string, Format};
-use anyhow::Context;
+use analyze::render::Format;
 use regex::Regex;
 
+use crate::output::OutputArgs;
 use crate::Outcome;
 
 const ATTRIBUTION_HELP: &str = "\
@@ -50,6 +50,8 @@ pub struct Args {
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// How a trace is profiled: the options `profile` and `report` share, which `report` applies to
@@ -138,8 +140,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     opts.device = args.device;
     opts.process = args.process;
     let classifier = profile::classifier(classes.as_deref())?;
+    args.output.check()?;
     let result = profile::profile_file(&args.file, &classifier, &opts)?;
-    analyze::cli::print(&render_to_string(args.format, &result.document()))
-        .with_context(|| "writing the profile")?;
+    let doc = result.document();
+    args.output.emit(args.format, &doc, &doc)?;
     Ok(Outcome::Success)
 }
