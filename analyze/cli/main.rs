@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         Command::Memory(args) => memory::run(args),
         Command::Report(args) => report::run(args),
     };
+    progress::clear();
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::CheckFailed) => ExitCode::from(1),

@@ -13,7 +13,7 @@ use super::cells::truncate_middle;
 use super::{write_sections, Cell, Document, Renderer, Sectioned, Table};
 
 /// Text columns are not cut below this many characters (or their header's width).
-pub const MIN_TEXT: usize = 24;
+pub const MIN_TEXT: usize = 12;
 
 /// Spaces between columns.
 const GAP: usize = 2;
@@ -229,7 +229,7 @@ mod tests {
         columns.extend((0..12).map(|i| format!("Figure number {i}")));
         let mut t = Table::new(columns);
         let mut row = vec![Cell::text("forward")];
-        row.extend((0..12).map(|i| Cell::Int(i)));
+        row.extend((0..12).map(Cell::Int));
         t.push(row);
         let s = render(t, Some(80));
         assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
