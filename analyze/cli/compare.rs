@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 
 use analyze::compare::memory::{compare_memory, sites_at_peak};
-use analyze::compare::tables::{check_failed, check_passed, memory_document, NAME_WIDTH};
+use analyze::compare::tables::{check_failed, check_passed, memory_document};
 use analyze::compare::{self, DocumentOptions};
 use analyze::formats::{self, Kind};
 use analyze::memory::categories::Rules;
 use analyze::memory::summary::{self, MemoryOptions};
 use analyze::profile::{self, ProfileOptions};
-use analyze::render::{render_to_string, Format};
+use analyze::render::Format;
 
+use crate::output::OutputArgs;
 use crate::Outcome;
 
 #[derive(clap::Args)]
@@ -51,7 +52,7 @@ pub struct Args {
     /// allocations; 0: all). CSV and JSON always have every row.
     #[arg(long, default_value_t = 25)]
     pub limit: usize,
-    /// Print whole kernel names instead of cutting them at 100 characters.
+    /// Print whole kernel names in text tables (the same as --wide).
     #[arg(long)]
     pub full_names: bool,
     /// Kernel-class rules (TOML or JSON) tried before the built-in ones.
@@ -60,6 +61,8 @@ pub struct Args {
     /// Memory category rules (TOML or JSON) tried before the built-in ones (snapshots).
     #[arg(long, value_name = "FILE")]
     pub categories: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 fn parse_pct(s: &str) -> Result<f64, String> {
@@ -89,17 +92,26 @@ fn pair_kind(a: &Path, b: &Path) -> anyhow::Result<bool> {
     Ok(snapshot_a)
 }
 
+/// Every row, whole names: the tables of `--output`.
+const WHOLE: DocumentOptions = DocumentOptions {
+    limit: None,
+    name_width: None,
+};
+
 fn label(path: &Path) -> String {
     path.display().to_string()
 }
 
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    // CSV and JSON are for programs: every row, whole names.
+pub fn run(mut args: Args) -> anyhow::Result<Outcome> {
+    // CSV and JSON are for programs: every row. Names are never cut here: text tables fit their
+    // width by cutting names in the middle (whole with --wide), the other formats keep them.
     let for_people = matches!(args.format, Format::Table | Format::Markdown);
     let opts = DocumentOptions {
         limit: (for_people && args.limit > 0).then_some(args.limit),
-        name_width: (for_people && !args.full_names).then_some(NAME_WIDTH),
+        name_width: None,
     };
+    args.output.wide |= args.full_names;
+    args.output.check()?;
     if pair_kind(&args.a, &args.b)? {
         if args.fail_if_slower.is_some() {
             anyhow::bail!(
@@ -113,15 +125,16 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let b = formats::load_trace(&args.b)?;
     let comparison = compare::compare_traces(&a, &b, &classifier, &ProfileOptions::default());
     let doc = compare::document(&comparison, &opts);
-    analyze::cli::print(&render_to_string(args.format, &doc))?;
+    let whole = compare::document(&comparison, &WHOLE);
+    args.output.emit(args.format, &doc, &whole)?;
 
     let Some(threshold) = args.fail_if_slower else {
         // Tables carry the warning in their notes; CSV and JSON do not.
         if !for_people && comparison.per_call_leads() {
-            eprintln!(
-                "{}",
-                compare::tables::work_warning(&comparison, &comparison.work())
-            );
+            args.output.note(&compare::tables::work_warning(
+                &comparison,
+                &comparison.work(),
+            ));
         }
         return Ok(Outcome::Success);
     };
@@ -151,6 +164,10 @@ fn run_memory(args: &Args, opts: &DocumentOptions) -> anyhow::Result<Outcome> {
         sides.push((analysis.report, sites));
     }
     let c = compare_memory(&sides[0].0, &sides[0].1, &sides[1].0, &sides[1].1);
-    analyze::cli::print(&render_to_string(args.format, &memory_document(&c, opts)))?;
+    args.output.emit(
+        args.format,
+        &memory_document(&c, opts),
+        &memory_document(&c, &WHOLE),
+    )?;
     Ok(Outcome::Success)
 }

@@ -4,6 +4,7 @@
 
 mod compare;
 mod memory;
+mod output;
 mod profile;
 mod progress;
 mod report;
@@ -38,6 +39,19 @@ enum Command {
     Report(report::Args),
 }
 
+impl Command {
+    /// Whether `-q/--quiet` was given: no progress bars, no notes.
+    fn quiet(&self) -> bool {
+        match self {
+            Command::Stats(a) => a.output.quiet,
+            Command::Compare(a) => a.output.quiet,
+            Command::Profile(a) => a.output.quiet,
+            Command::Memory(a) => a.output.quiet,
+            Command::Report(a) => a.quiet,
+        }
+    }
+}
+
 /// What a subcommand asks `main` to do once it has finished.
 pub enum Outcome {
     Success,
@@ -48,7 +62,9 @@ pub enum Outcome {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     progress::exit_cleanly_on_signals();
-    progress::install();
+    if !cli.command.quiet() {
+        progress::install();
+    }
     let result = match cli.command {
         Command::Stats(args) => stats::run(args),
         Command::Compare(args) => compare::run(args),
@@ -56,6 +72,7 @@ fn main() -> ExitCode {
         Command::Memory(args) => memory::run(args),
         Command::Report(args) => report::run(args),
     };
+    progress::clear();
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::CheckFailed) => ExitCode::from(1),

@@ -7,9 +7,10 @@ use analyze::memory::charts::write_charts;
 use analyze::memory::summary::{self, snapshot_label, Analysis, MemoryOptions, MemoryReport};
 use analyze::memory::tables;
 use analyze::render::plot::ImageFormat;
-use analyze::render::{render_to_string, Format};
+use analyze::render::Format;
 use anyhow::bail;
 
+use crate::output::OutputArgs;
 use crate::Outcome;
 
 const LONG_ABOUT: &str = "\
@@ -82,6 +83,8 @@ pub struct Args {
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
@@ -99,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         );
     }
     let rules = Rules::load(args.categories.as_deref())?;
+    args.output.check()?;
     let mut analyses: Vec<Analysis> = Vec::with_capacity(args.files.len());
     for (i, path) in args.files.iter().enumerate() {
         let snap = analyze::formats::load_snapshot(path)?;
@@ -129,12 +133,12 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
     if let Some(dir) = &plot_dir {
         for p in write_charts(dir, &analyses, &formats)? {
-            eprintln!("wrote {}", p.display());
+            args.output.note(&format!("wrote {}", p.display()));
         }
     }
 
     let reports: Vec<MemoryReport> = analyses.into_iter().map(|a| a.report).collect();
     let doc = tables::document(&reports, args.compare);
-    analyze::cli::print(&render_to_string(args.format, &doc))?;
+    args.output.emit(args.format, &doc, &doc)?;
     Ok(Outcome::Success)
 }

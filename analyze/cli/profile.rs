@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use analyze::profile::ranges::Attribution;
-use analyze::profile::{self, ProfileOptions, DEFAULT_STEPS};
-use analyze::render::{render_to_string, Format};
-use anyhow::Context;
+use analyze::profile::{self, Profile, ProfileOptions, DEFAULT_STEPS};
+use analyze::render::{Cell, Document, Format};
 use regex::Regex;
 
+use crate::output::OutputArgs;
 use crate::Outcome;
 
 const ATTRIBUTION_HELP: &str = "\
@@ -50,6 +50,8 @@ pub struct Args {
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// How a trace is profiled: the options `profile` and `report` share, which `report` applies to
@@ -133,13 +135,60 @@ fn parse_regex(s: &str) -> Result<Regex, String> {
     Regex::new(s).map_err(|e| format!("not a regular expression: {e}"))
 }
 
+/// `doc` with every readable kernel name (`Top kernel`, `Kernel`) replaced by the demangled name
+/// it stands for, matched within its row's phase in order.
+fn whole_names(doc: &Document, profile: &Profile) -> Document {
+    let mut names: Vec<(&str, &str, &str)> = Vec::new();
+    for p in profile
+        .phases
+        .iter()
+        .chain(profile.step.iter())
+        .chain(std::iter::once(&profile.whole_trace))
+    {
+        for k in p.top_kernel.iter().chain(&p.top_non_gemm) {
+            names.push((p.name.as_str(), k.display_name.as_str(), k.name.as_str()));
+        }
+    }
+    let mut whole = doc.clone();
+    for section in &mut whole.sections {
+        let t = &mut section.table;
+        let phase = t.columns.iter().position(|c| c == "Phase");
+        let kernel = t
+            .columns
+            .iter()
+            .position(|c| c == "Top kernel" || c == "Kernel");
+        let (Some(phase), Some(kernel)) = (phase, kernel) else {
+            continue;
+        };
+        let mut unused = names.clone();
+        for row in &mut t.rows {
+            let (Cell::Text(p), Cell::Text(shown)) = (&row[phase], &row[kernel]) else {
+                continue;
+            };
+            if let Some(i) = unused.iter().position(|(ph, d, _)| ph == p && d == shown) {
+                row[kernel] = Cell::text(unused.remove(i).2);
+            }
+        }
+    }
+    whole
+}
+
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (mut opts, classes) = args.profile.into_options()?;
     opts.device = args.device;
     opts.process = args.process;
     let classifier = profile::classifier(classes.as_deref())?;
+    args.output.check()?;
     let result = profile::profile_file(&args.file, &classifier, &opts)?;
-    analyze::cli::print(&render_to_string(args.format, &result.document()))
-        .with_context(|| "writing the profile")?;
+    let doc = result.document();
+    // The tables show a readable kernel name cut at 80 characters; files and the formats for
+    // programs get the demangled name whole.
+    let whole = whole_names(&doc, &result);
+    let shown = if args.format == Format::Table {
+        &doc
+    } else {
+        &whole
+    };
+    args.output.emit(args.format, shown, &whole)?;
     Ok(Outcome::Success)
 }

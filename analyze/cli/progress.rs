@@ -1,6 +1,8 @@
 //! Progress bars on stderr for the library's long work (inflating, reading rows, a report's
 //! files), drawn with indicatif only when stderr is a terminal and only once the work has gone
-//! on for a second: a quick command, a pipe or a log file sees nothing.
+//! on for a second: a quick command, a pipe or a log file sees nothing. Every bar is cleared when
+//! its task ends, and [`clear`] wipes any left when the command ends, on success or error; `-q`
+//! installs no bars at all.
 //!
 //! And the end of the process on Ctrl-C or a termination signal: temporary files removed, bars
 //! cleared, exit status 130.
@@ -59,13 +61,14 @@ impl Bars {
 
 impl Reporter for Bars {
     fn begin(&self, label: String, total: Option<u64>, unit: Unit) {
-        let bar = match total {
-            Some(t) => ProgressBar::new(t),
-            None => ProgressBar::new_spinner(),
-        };
+        // Hidden until it joins the bars: a bar made with its own stderr target would draw
+        // itself once on `set_message`, a line nothing ever clears.
+        let bar = self.multi.add(ProgressBar::with_draw_target(
+            total,
+            ProgressDrawTarget::hidden(),
+        ));
         bar.set_style(style(unit, total.is_some()));
         bar.set_message(label);
-        let bar = self.multi.add(bar);
         bar.enable_steady_tick(Duration::from_millis(200));
         self.lock().push((bar, Instant::now()));
     }
@@ -129,6 +132,17 @@ pub fn println(line: &str) {
             let _ = bars.multi.println(line);
         }
         _ => eprintln!("{line}"),
+    }
+}
+
+/// Clear whatever bars are on screen: a command ends (well or not) with none left.
+pub fn clear() {
+    if let Some(bars) = BARS.get() {
+        for (bar, _) in bars.lock().drain(..).rev() {
+            bar.finish_and_clear();
+            bars.multi.remove(&bar);
+        }
+        let _ = bars.multi.clear();
     }
 }
 

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use analyze::memory::categories::Rules;
 use analyze::profile;
-use analyze::report::inputs::{self, LoadOptions};
+use analyze::report::inputs::{self, LoadOptions, NOT_RECOGNISED};
 use analyze::report::output::{self, OutputOptions};
+use analyze::report::Skipped;
 
 use crate::profile::ProfileArgs;
 use crate::Outcome;
@@ -66,9 +67,48 @@ pub struct Args {
     /// Write SVG copies of the plots as well.
     #[arg(long)]
     pub svg: bool,
-    /// Print nothing on stderr while reading.
+    /// Print nothing on stderr but errors: no progress, no notes.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// List every skipped file on stderr, with why (by default one line counts them; the report
+    /// lists them all either way).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+/// What stderr says of the skipped files: each with its reason when `verbose`, else one line
+/// that counts them.
+fn skipped_lines(skipped: &[Skipped], verbose: bool) -> Vec<String> {
+    if skipped.is_empty() {
+        return Vec::new();
+    }
+    if verbose {
+        return skipped
+            .iter()
+            .map(|s| format!("skipped {} ({})", s.file, s.reason))
+            .collect();
+    }
+    let unrecognised = skipped
+        .iter()
+        .filter(|s| s.reason == NOT_RECOGNISED)
+        .count();
+    let files = |n: usize| format!("{n} file{}", if n == 1 { "" } else { "s" });
+    let what = if unrecognised == skipped.len() {
+        format!(
+            "{} that {} not profiler output",
+            files(unrecognised),
+            if unrecognised == 1 { "is" } else { "are" }
+        )
+    } else if unrecognised == 0 {
+        files(skipped.len())
+    } else {
+        format!(
+            "{} ({unrecognised} not profiler output, {} unreadable or read another way)",
+            files(skipped.len()),
+            skipped.len() - unrecognised
+        )
+    };
+    vec![format!("skipped {what} (--verbose lists them)")]
 }
 
 fn parse_label(s: &str) -> Result<(PathBuf, String), String> {
@@ -100,6 +140,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     };
     let loaded = inputs::load(&args.paths, &opts, &mut progress)?;
+    if !quiet {
+        for line in skipped_lines(&loaded.skipped, args.verbose) {
+            crate::progress::println(&line);
+        }
+    }
     if loaded.is_empty() {
         anyhow::bail!(
             "no GPU trace, memory snapshot or bench results among the inputs ({} other files skipped)",

@@ -8,9 +8,10 @@
 
 use std::path::PathBuf;
 
-use analyze::render::{render_to_string, Format};
+use analyze::render::Format;
 use analyze::stats::{self, Report};
 
+use crate::output::OutputArgs;
 use crate::Outcome;
 
 #[derive(clap::Args)]
@@ -24,6 +25,8 @@ pub struct Args {
     /// json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep).
     pub file: PathBuf,
 }
@@ -31,12 +34,28 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
     let reports = Report::parse_list(&args.report).map_err(anyhow::Error::msg)?;
+    args.output.check()?;
     let (doc, skipped) = stats::document_file(&args.file, &reports)?;
     for missing in skipped {
-        eprintln!("skipped: {} {missing}", args.file.display());
+        args.output
+            .note(&format!("skipped: {} {missing}", args.file.display()));
     }
-    if !doc.sections.is_empty() {
-        analyze::cli::print(&render_to_string(args.format, &doc))?;
+    if doc.sections.is_empty() {
+        return Ok(Outcome::Success);
+    }
+    // Files are named after their report, the lone one included.
+    let mut whole = doc.clone();
+    if let ([section], [(name, _)]) = (whole.sections.as_mut_slice(), reports.as_slice()) {
+        section.title.get_or_insert_with(|| name.clone());
+    }
+    args.output.emit(args.format, &doc, &whole)?;
+    if args.format == Format::Csv && doc.sections.len() > 1 && args.output.output.is_none() {
+        // nsys's own layout, kept byte for byte; a reader that wants one table per file asks.
+        args.output.note(&format!(
+            "note: {} CSV tables on stdout, separated by blank lines; --output DIR writes each \
+             to a file of its own",
+            doc.sections.len()
+        ));
     }
     Ok(Outcome::Success)
 }

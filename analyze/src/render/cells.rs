@@ -1,6 +1,6 @@
 //! The cell formatters every table uses, one of each: milliseconds with three decimals,
 //! percentages with one, MiB with two, a relative change, a missing value as [`Cell::Missing`];
-//! and the text helpers beside them ([`truncate`], [`format_bytes`]). A cell keeps its full
+//! and the text helpers beside them ([`truncate`], [`truncate_middle`], [`format_bytes`]). A cell keeps its full
 //! value for JSON; the decimals say how text, CSV and Markdown print it.
 
 use super::Cell;
@@ -86,6 +86,25 @@ pub fn truncate(s: &str, width: impl Into<Option<usize>>) -> String {
     }
 }
 
+/// `s` cut to at most `width` characters by its middle: the start and the end kept, `…`
+/// between, so that both a kernel's family and its template tail stay readable.
+pub fn truncate_middle(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_owned();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let keep = width - 1;
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
 /// Bytes shown in binary units with one decimal, as PyTorch's `memory_viz` prints them
 /// (`1.5 GiB`), for tables and labels.
 pub fn format_bytes(b: u64) -> String {
@@ -119,5 +138,13 @@ mod tests {
         assert_eq!(truncate("abcdef", Some(4)), "abc…");
         assert_eq!(truncate("abc", Some(4)), "abc");
         assert_eq!(truncate("abcdef", None), "abcdef");
+    }
+
+    #[test]
+    fn middle_truncation_keeps_both_ends() {
+        assert_eq!(truncate_middle("abcdefghij", 5), "ab…ij");
+        assert_eq!(truncate_middle("abcdefghij", 6), "abc…ij");
+        assert_eq!(truncate_middle("abc", 5), "abc");
+        assert_eq!(truncate_middle("abcdef", 1), "…");
     }
 }

@@ -1,6 +1,8 @@
 //! JSON for programs: the document's own value when it carries one (`profile`, `memory`,
 //! `compare`), else its tables as arrays of row objects keyed by column name, numbers at full
-//! precision.
+//! precision. Where the value is an object, a `tables` list beside its own keys holds every table
+//! as `{name, title, columns, rows}` ([`Document::tables_json`]), so a script finds each table
+//! the same way whatever the command; a lone table stays the bare array of its rows.
 
 use std::io::{self, Write};
 
@@ -9,12 +11,12 @@ use serde_json::{Map, Value};
 use super::{Document, Renderer};
 
 /// JSON: the document's own value, else one array of row objects (or an object of them keyed by
-/// section title when there are several sections).
+/// section title when there are several sections); objects gain the `tables` list.
 pub struct JsonRenderer;
 
 impl Renderer for JsonRenderer {
     fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
-        let value = match &doc.json {
+        let mut value = match &doc.json {
             Some(v) => v.clone(),
             None if doc.sections.len() == 1 => doc.sections[0].table.to_json(),
             None => {
@@ -26,6 +28,11 @@ impl Renderer for JsonRenderer {
                 Value::Object(obj)
             }
         };
+        if let Value::Object(obj) = &mut value {
+            if !doc.sections.is_empty() && !obj.contains_key("tables") {
+                obj.insert("tables".to_owned(), doc.tables_json());
+            }
+        }
         serde_json::to_writer_pretty(&mut *out, &value)?;
         writeln!(out)
     }

@@ -10,6 +10,7 @@
 
 pub mod cells;
 pub mod csv;
+pub mod files;
 pub mod json;
 pub mod markdown;
 #[cfg(feature = "analysis")]
@@ -21,9 +22,13 @@ use std::io::{self, Write};
 use serde_json::{Map, Value};
 
 pub use self::csv::CsvRenderer;
+pub use self::files::{check_output_dir, write_tables};
 pub use self::json::JsonRenderer;
 pub use self::markdown::{markdown_escape, write_markdown_table, MarkdownRenderer};
 pub use self::text::TextRenderer;
+
+/// The width text tables are fitted to unless full names are asked for.
+pub const DEFAULT_WIDTH: usize = 120;
 
 /// One value in a table.
 #[derive(Clone, Debug, PartialEq)]
@@ -166,6 +171,35 @@ pub struct Section {
     pub notes: Vec<String>,
 }
 
+impl Section {
+    /// The table's name in files and in JSON: a slug of its title (`Top non-GEMM kernels` is
+    /// `top_non_gemm_kernels`), or `table_N` (from 1) without one.
+    pub fn name(&self, index: usize) -> String {
+        self.title
+            .as_deref()
+            .map(slug)
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("table_{}", index + 1))
+    }
+}
+
+/// `title` as a file name: lower-case ASCII letters and digits, every other run of characters
+/// one `_`, none at either end.
+pub fn slug(title: &str) -> String {
+    let mut out = String::new();
+    for c in title.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
 /// What a command prints: sections of tables, and optionally its own JSON shape.
 #[derive(Clone, Debug, Default)]
 pub struct Document {
@@ -184,6 +218,43 @@ impl Document {
             }],
             json: None,
         }
+    }
+
+    /// The name of each section's table: its [`Section::name`], made unique by `_2`, `_3`
+    /// suffixes in order.
+    pub fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::with_capacity(self.sections.len());
+        for (i, s) in self.sections.iter().enumerate() {
+            let base = s.name(i);
+            let mut name = base.clone();
+            let mut n = 1;
+            while names.contains(&name) {
+                n += 1;
+                name = format!("{base}_{n}");
+            }
+            names.push(name);
+        }
+        names
+    }
+
+    /// Every table as `{name, title, columns, rows}`, rows as records keyed by column: the
+    /// `tables` list of JSON output.
+    pub fn tables_json(&self) -> Value {
+        let names = self.table_names();
+        Value::Array(
+            self.sections
+                .iter()
+                .zip(names)
+                .map(|(s, name)| {
+                    serde_json::json!({
+                        "name": name,
+                        "title": s.title,
+                        "columns": s.table.columns,
+                        "rows": s.table.to_json(),
+                    })
+                })
+                .collect(),
+        )
     }
 }
 
@@ -217,10 +288,10 @@ pub trait Renderer {
     fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()>;
 }
 
-/// The renderer for a format.
+/// The renderer for a format; text tables at full width.
 pub fn renderer(format: Format) -> &'static dyn Renderer {
     match format {
-        Format::Table => &TextRenderer,
+        Format::Table => &TextRenderer { width: None },
         Format::Csv => &CsvRenderer,
         Format::Json => &JsonRenderer,
         Format::Markdown => &MarkdownRenderer,
@@ -231,6 +302,19 @@ pub fn renderer(format: Format) -> &'static dyn Renderer {
 pub fn render_to_string(format: Format, doc: &Document) -> String {
     let mut buf = Vec::new();
     renderer(format)
+        .render(doc, &mut buf)
+        .expect("writing to a Vec cannot fail");
+    String::from_utf8(buf).expect("renderers write UTF-8")
+}
+
+/// Render `doc` to a string, text tables fitted to `width` columns (`None`: full width, every
+/// name whole). CSV, JSON and Markdown never cut anything.
+pub fn render_fitted(format: Format, doc: &Document, width: Option<usize>) -> String {
+    if format != Format::Table {
+        return render_to_string(format, doc);
+    }
+    let mut buf = Vec::new();
+    TextRenderer { width }
         .render(doc, &mut buf)
         .expect("writing to a Vec cannot fail");
     String::from_utf8(buf).expect("renderers write UTF-8")

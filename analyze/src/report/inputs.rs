@@ -28,6 +28,9 @@ use super::bench::{looks_like_bench, parse as parse_bench};
 use super::labels::{label_run, Labelled};
 use super::{BenchRun, Inputs, Skipped, SnapshotRun, TraceRun};
 
+/// The reason given for a file found in a folder that is not a profiler file of any kind.
+pub const NOT_RECOGNISED: &str = "not a recognised input";
+
 /// How to read and analyse the inputs.
 pub struct LoadOptions<'a> {
     pub classifier: &'a Classifier,
@@ -172,7 +175,15 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
                     results,
                 }));
             }
-            kineto::parse(path, &bytes)?
+            match kineto::parse(path, &bytes) {
+                Ok(trace) => trace,
+                Err(_) if is_json_lines(&bytes) => {
+                    return Err(Error::UnknownFormat {
+                        path: path.to_owned(),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
         }
         Kind::TorchSnapshot => {
             let bytes = formats::read_maybe_gzip_with(path, &limits)?;
@@ -201,6 +212,18 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
     let mut source = LoadedSource::new(&trace);
     let small = source.small_tables(true, true)?;
     trace_run(&mut source, small, labelled, opts).map(|t| Loaded::Trace(Box::new(t)))
+}
+
+/// Whether `bytes` are JSON Lines (`peaks.jsonl`): a first line that is a whole JSON value and
+/// more after it. Such a file is not a broken trace but another kind of file.
+fn is_json_lines(bytes: &[u8]) -> bool {
+    let mut lines = bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace));
+    let first_is_json = lines
+        .next()
+        .is_some_and(|l| serde_json::from_slice::<serde::de::IgnoredAny>(l).is_ok());
+    first_is_json && lines.next().is_some()
 }
 
 /// One line saying what a loaded file is.
@@ -234,7 +257,8 @@ fn disambiguate(labels: Vec<&mut String>) {
     }
 }
 
-/// Read every input under `paths`. `progress` gets one line per file as it is done.
+/// Read every input under `paths`. `progress` gets one line per file read; skipped files are
+/// only listed in the result, for the caller to summarise.
 pub fn load(
     paths: &[PathBuf],
     opts: &LoadOptions<'_>,
@@ -283,7 +307,7 @@ pub fn load(
             }
             Err(e) if !c.named => {
                 let reason = match e {
-                    Error::UnknownFormat { .. } => "not a recognised input".to_owned(),
+                    Error::UnknownFormat { .. } => NOT_RECOGNISED.to_owned(),
                     other => {
                         // The error names the file; the table already does.
                         let text = other.to_string();
@@ -291,7 +315,6 @@ pub fn load(
                             .map_or(text.clone(), str::to_owned)
                     }
                 };
-                progress(&format!("[{}/{total}] {shown}: skipped ({reason})", i + 1));
                 inputs.skipped.push(Skipped {
                     file: shown,
                     reason,

@@ -1,0 +1,61 @@
+//! The output options every table-printing command shares: `--output DIR` (one file per table),
+//! `--wide` (text tables at full width) and `-q/--quiet` (nothing on stderr but errors), and how
+//! a command's document goes to stdout and into the folder.
+
+use std::path::PathBuf;
+
+use analyze::render::{
+    check_output_dir, render_fitted, write_tables, Document, Format, DEFAULT_WIDTH,
+};
+
+/// Where and how tables are written besides stdout.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OutputArgs {
+    /// Also write each table into DIR as a file of its own, named after the table
+    /// (cuda_gpu_kern_sum.csv, top_non_gemm_kernels.json, ...), in --format (CSV for the default
+    /// text format): one tidy table per file, every row, names whole. DIR is made if need be and
+    /// checked before any input is read.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Print text tables at full width, names whole (by default they fit 120 columns, long names
+    /// cut in the middle).
+    #[arg(long)]
+    pub wide: bool,
+    /// Print nothing on stderr but errors: no progress bars, no notes.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl OutputArgs {
+    /// Check that the output folder can be written; call before reading any input.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(dir) = &self.output {
+            check_output_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// A line on stderr, unless quiet.
+    pub fn note(&self, line: &str) {
+        if !self.quiet {
+            crate::progress::println(line);
+        }
+    }
+
+    /// Print `shown` on stdout in `format`, then write the tables of `whole` (the same tables
+    /// with every row and whole names) into the output folder when one is given.
+    pub fn emit(&self, format: Format, shown: &Document, whole: &Document) -> anyhow::Result<()> {
+        let width = (!self.wide).then_some(DEFAULT_WIDTH);
+        analyze::cli::print(&render_fitted(format, shown, width))?;
+        if let Some(dir) = &self.output {
+            let written = write_tables(dir, whole, format)?;
+            self.note(&format!(
+                "wrote {} table file{} into {}",
+                written.len(),
+                if written.len() == 1 { "" } else { "s" },
+                dir.display()
+            ));
+        }
+        Ok(())
+    }
+}
