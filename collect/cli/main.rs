@@ -2,12 +2,14 @@
 //! library and maps the result to an exit code: 0 on success, 2 for bad usage, no GPU, or any
 //! other error (one `error: ...` line on stderr).
 
+mod usage;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analyze::cli::print;
 use analyze::render::{self, Format};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use collect::bench::attention::{self as attention_bench, AttentionBenchOptions, Preset};
 use collect::bench::{self, numerics, report, BenchOptions, Recording};
@@ -20,7 +22,9 @@ use collect::transformer::{plan, OptimizerSchedule, StepOptions};
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
 #[derive(Parser)]
-#[command(name = "collect", version, about, long_about = None)]
+// The doc comment above is this binary's `about`: a bare `about` would print the package's
+// description, which is the same for both binaries.
+#[command(name = "collect", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -328,7 +332,10 @@ impl AttentionArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage::exit_on_parse_error(e, &Cli::command()),
+    };
     let result = match cli.command {
         Command::Bench(a) => run_bench(a),
         Command::Plan(a) => run_plan(a),
