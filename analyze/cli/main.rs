@@ -9,15 +9,20 @@ mod profile;
 mod progress;
 mod report;
 mod stats;
+// One `error:` line for arguments clap refuses, shared with `collect`.
+#[path = "../../collect/cli/usage.rs"]
+mod usage;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exact tables, plots and reports from Nsight Systems exports, PyTorch memory snapshots and
 /// PyTorch profiler (Kineto) traces.
 #[derive(Parser)]
-#[command(name = "analyze", version, about, long_about = None)]
+// The doc comment above is this binary's `about`: a bare `about` would print the package's
+// description, which is the same for both binaries.
+#[command(name = "analyze", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,7 +65,10 @@ pub enum Outcome {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage::exit_on_parse_error(e, &Cli::command()),
+    };
     progress::exit_cleanly_on_signals();
     if !cli.command.quiet() {
         progress::install();

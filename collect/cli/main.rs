@@ -1,13 +1,17 @@
 //! `collect`: the command line. Parses arguments into the library's option structs, runs the
-//! library and maps the result to an exit code: 0 on success, 2 for bad usage, no GPU, or any
-//! other error (one `error: ...` line on stderr).
+//! library and maps the result to an exit code: 0 on success, 1 for a plan that does not fit
+//! the `--device-memory` it was given, 2 for bad usage, no GPU, or any other error (one
+//! `error: ...` line on stderr).
+
+mod usage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analyze::cli::print;
+use analyze::render::cells::format_bytes;
 use analyze::render::{self, Format};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use collect::bench::attention::{self as attention_bench, AttentionBenchOptions, Preset};
 use collect::bench::{self, numerics, report, BenchOptions, Recording};
@@ -20,7 +24,9 @@ use collect::transformer::{plan, OptimizerSchedule, StepOptions};
 
 /// The CS336 transformer on an NVIDIA GPU: benchmark it, plan its cost, dump its numerics.
 #[derive(Parser)]
-#[command(name = "collect", version, about, long_about = None)]
+// The doc comment above is this binary's `about`: a bare `about` would print the package's
+// description, which is the same for both binaries.
+#[command(name = "collect", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -187,8 +193,9 @@ struct PlanArgs {
     attention: String,
     #[command(flatten)]
     checkpoint: CheckpointArg,
-    /// The device memory `--checkpoint auto` weighs the plan against: bytes, or with a unit
-    /// (`80GiB`, `141GB`, `512MiB`) [default: an H200's 139.8 GiB].
+    /// The device memory `--checkpoint auto` weighs the plan against, and that the plan must
+    /// fit: exit status 1 when its peak does not. Bytes, or with a unit (`80GiB`, `141GB`,
+    /// `512MiB`) [default: an H200's 139.8 GiB for `auto`, and no check].
     #[arg(long)]
     device_memory: Option<String>,
     /// table, markdown, csv, json.
@@ -328,16 +335,20 @@ impl AttentionArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage::exit_on_parse_error(e, &Cli::command()),
+    };
+    let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Bench(a) => run_bench(a),
+        Command::Bench(a) => done(run_bench(a)),
         Command::Plan(a) => run_plan(a),
-        Command::Numerics(a) => run_numerics(a),
-        Command::Attention(a) => run_attention(a),
-        Command::Precision(a) => run_precision(a),
+        Command::Numerics(a) => done(run_numerics(a)),
+        Command::Attention(a) => done(run_attention(a)),
+        Command::Precision(a) => done(run_precision(a)),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => analyze::cli::exit_on_error(&*e),
     }
 }
@@ -348,7 +359,7 @@ fn parse_all<T: std::str::FromStr<Err = collect::Error>>(
     items.iter().map(|s| Ok(s.parse::<T>()?)).collect()
 }
 
-fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
+fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
     let model = a.model.models(std::slice::from_ref(&a.size))?.remove(0);
     let run = RunConfig {
         model,
@@ -361,12 +372,27 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<()> {
         checkpoint: false,
     };
     run.validate_dimensions()?;
-    let capacity = match &a.device_memory {
-        Some(s) => plan::parse_bytes(s)?,
-        None => plan::H200_MEMORY,
-    };
-    let doc = plan::plan_with(a.checkpoint.choice()?, &run, capacity).document();
-    Ok(print(&render::render_to_string(a.format, &doc))?)
+    let named = a
+        .device_memory
+        .as_deref()
+        .map(plan::parse_bytes)
+        .transpose()?;
+    let capacity = named.unwrap_or(plan::H200_MEMORY);
+    let mut p = plan::plan_with(a.checkpoint.choice()?, &run, capacity);
+    // Only a device the user named is a check: without one, a plan over an H200 is still a plan.
+    if let Some(capacity) = named {
+        p = p.check_device(capacity);
+    }
+    print(&render::render_to_string(a.format, &p.document()))?;
+    if p.fits_device() == Some(false) {
+        eprintln!(
+            "does not fit: the peak, {}, is over the {} of --device-memory",
+            format_bytes(p.memory.peak),
+            format_bytes(capacity)
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_bench(a: BenchArgs) -> anyhow::Result<()> {

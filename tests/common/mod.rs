@@ -14,8 +14,11 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)
 }
 
-/// A folder under `../shared/fixtures` beside the project, or `None` (with a message saying the
-/// test is skipped) when it is not there.
+/// A file or folder under `../shared/fixtures` beside the project, or `None` (with a message
+/// saying the test is skipped) when it is not there. Tests that cannot run without it carry
+/// `#[cfg_attr(no_shared_ours, ignore = ...)]` (or `no_shared_public`), set by build.rs where
+/// `../shared/fixtures/ours` (or `public`) is absent, so that `cargo test` counts them as ignored;
+/// this skip is left for a single file missing from a folder that is there.
 pub fn shared(rel: &str) -> Option<PathBuf> {
     let p = root().join("../shared/fixtures").join(rel);
     if p.exists() {

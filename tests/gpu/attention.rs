@@ -79,6 +79,10 @@ fn run_core(
 const NAMES: [&str; 4] = ["output", "dq", "dk", "dv"];
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn both_implementations_match_the_f64_reference_and_each_other() {
     let Some(rt) = runtime() else { return };
     check_against_the_reference(&rt);
@@ -87,6 +91,10 @@ fn both_implementations_match_the_f64_reference_and_each_other() {
 /// On Hopper the flash path runs the `*_sm90` kernels where it has them: the portable kernels
 /// they replace are checked too.
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_portable_flash_kernels_match_the_reference_on_hopper_too() {
     let Some(mut rt) = runtime() else { return };
     if rt.kernels.drop_hopper_kernels() == 0 {
@@ -180,6 +188,10 @@ fn check_against_the_reference(rt: &Runtime) {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_benchmark_counts_what_each_forward_leaves_to_the_byte() {
     let Some(rt) = runtime() else { return };
     let opts = AttentionBenchOptions {

@@ -100,6 +100,10 @@ fn differences(run: &RunConfig, a: &Bits, b: &Bits) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn checkpointing_changes_no_bit_of_the_loss_gradients_or_weights() {
     let Some(rt) = runtime() else { return };
     let mut failures = Vec::new();
@@ -131,6 +135,10 @@ fn checkpointing_changes_no_bit_of_the_loss_gradients_or_weights() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_plan_gives_the_measured_peak_of_checkpointed_runs() {
     let Some(rt) = runtime() else { return };
     let mut failures = Vec::new();
@@ -162,6 +170,10 @@ fn the_plan_gives_the_measured_peak_of_checkpointed_runs() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn a_checkpointed_run_recomputes_each_block_inside_backward() {
     let Some(rt) = runtime() else { return };
     for attention in [Attention::Naive, Attention::Flash] {
@@ -216,6 +228,10 @@ fn a_checkpointed_run_recomputes_each_block_inside_backward() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn bench_rows_results_and_traces_say_whether_checkpointing_was_on() {
     let Some(rt) = runtime() else { return };
     let base = tiny(Mode::Train, Precision::Bf16);

@@ -26,6 +26,10 @@ pub(crate) fn padded(mode: Mode, precision: Precision) -> RunConfig {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_flash_model_follows_the_naive_model_on_the_same_weights() {
     let Some(rt) = runtime() else { return };
     for precision in [Precision::Fp32, Precision::Bf16] {
@@ -71,6 +75,10 @@ fn the_flash_model_follows_the_naive_model_on_the_same_weights() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_plan_gives_the_measured_peak_of_flash_runs() {
     let Some(rt) = runtime() else { return };
     for run in [
@@ -95,6 +103,10 @@ fn the_plan_gives_the_measured_peak_of_flash_runs() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn a_flash_run_opens_one_attention_range_per_block_and_pass() {
     let Some(rt) = runtime() else { return };
     let run = with(tiny(Mode::Train, Precision::Bf16), Attention::Flash);
@@ -120,6 +132,10 @@ fn a_flash_run_opens_one_attention_range_per_block_and_pass() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn a_sweep_goes_on_past_a_configuration_it_refuses() {
     let Some(rt) = runtime() else { return };
     let base = tiny(Mode::Forward, Precision::Fp32);

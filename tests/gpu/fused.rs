@@ -102,6 +102,10 @@ fn medium(precision: Precision) -> RunConfig {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
     let Some(rt) = runtime() else { return };
     let after = StepOptions {
@@ -148,6 +152,10 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_range_update_is_the_whole_buffer_update_and_its_cast() {
     let Some(rt) = runtime() else { return };
     let n = 64 * 1000 + 4 * 7;
@@ -201,6 +209,10 @@ fn the_range_update_is_the_whole_buffer_update_and_its_cast() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_one_pass_norm_backward_equals_the_two_passes() {
     let Some(rt) = runtime() else { return };
     for (rows, d) in [(1, 64), (7, 1000), (300, 768), (1024, 2560), (513, 4096)] {
@@ -283,6 +295,10 @@ fn silu(a: f32) -> f32 {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn sixteen_byte_swiglu_matches_the_cpu() {
     let Some(rt) = runtime() else { return };
     for (rows, dff) in [(3, 8), (33, 176), (256, 1024)] {
@@ -330,6 +346,10 @@ fn sixteen_byte_swiglu_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn sixteen_byte_rope_and_head_moves_match_the_cpu() {
     let Some(rt) = runtime() else { return };
     // Heads 16 and 80 wide (the 2.7B model's), an odd number of heads and positions.
@@ -440,6 +460,10 @@ fn sixteen_byte_rope_and_head_moves_match_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn cublaslt_adds_the_residual_into_a_new_buffer() {
     let Some(rt) = runtime() else { return };
     for (m, n, k) in [(40, 64, 64), (80, 172, 344), (1024, 768, 3072)] {

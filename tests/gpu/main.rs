@@ -3,14 +3,18 @@
 //! loss, one AdamW step against its formula, and training lowering the loss; the attention core
 //! alone, naive and FlashAttention-2, against the reference ([`attention`]); the model with
 //! FlashAttention against the naive model ([`flash_model`]); activation checkpointing against
-//! the same step without it, bit for bit ([`checkpoint`]). Skipped, with a message, where no
-//! CUDA device (or no CUDA library) is found.
+//! the same step without it, bit for bit ([`checkpoint`]). `precision` holds the mixed-precision
+//! experiments' kernels against their CPU emulation.
+//!
+//! Where the build finds no NVIDIA driver (build.rs sets `no_gpu`), `cargo test` lists every
+//! test here as ignored, with the reason. A test that runs and still finds no CUDA device (or
+//! no CUDA library) says so and returns.
 //!
 //! This is the suite's second test binary; on the GPU machine run it with
-//! `cargo test --test gpu -- --test-threads=1` (each test opens the device), or build it where
-//! cargo is (`cargo test --release --test gpu --no-run` prints its path) and run that file with
-//! `--test-threads=1`. `precision` holds the mixed-precision experiments' kernels against their
-//! CPU emulation.
+//! `cargo test --test gpu -- --test-threads=1` (each test opens the device). A binary built
+//! without a GPU (`cargo test --release --test gpu --no-run` prints its path) and copied to the
+//! GPU machine runs its tests there with `--include-ignored --test-threads=1`; built with
+//! `GPU_TESTS=1`, it runs them without `--include-ignored`.
 
 mod attention;
 mod checkpoint;
@@ -139,6 +143,10 @@ fn forward_backward(rt: &Runtime, run: &RunConfig) -> Run {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn fp32_logits_loss_and_gradients_match_the_cpu_reference() {
     let Some(rt) = runtime() else { return };
     let run = tiny(Mode::ForwardBackward, Precision::Fp32);
@@ -213,6 +221,10 @@ fn fp32_logits_loss_and_gradients_match_the_cpu_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn bf16_follows_fp32_within_autocast_error() {
     let Some(rt) = runtime() else { return };
     let f = forward_backward(&rt, &tiny(Mode::ForwardBackward, Precision::Fp32));
@@ -236,6 +248,10 @@ fn bf16_follows_fp32_within_autocast_error() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn longer_rows_and_wider_heads_match_the_reference() {
     // ctx 130 (five warps' worth of keys), head width 64, the full vocabulary.
     let Some(rt) = runtime() else { return };
@@ -273,6 +289,10 @@ fn longer_rows_and_wider_heads_match_the_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn one_adamw_step_follows_the_formula() {
     let Some(rt) = runtime() else { return };
     let run = tiny(Mode::Train, Precision::Fp32);
@@ -297,6 +317,10 @@ fn one_adamw_step_follows_the_formula() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn training_lowers_the_loss() {
     let Some(rt) = runtime() else { return };
     for precision in [Precision::Fp32, Precision::Bf16] {
@@ -330,6 +354,10 @@ impl collect::nvtx::RangeListener for Names {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
     let Some(rt) = runtime() else { return };
     let run = tiny(Mode::Train, Precision::Bf16);
@@ -406,6 +434,10 @@ fn our_kernels_per_train_step(layers: i64) -> std::collections::BTreeMap<&'stati
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() {
     use collect::bench::{run_one_with, Recording};
     use collect::gpu::device_memory::AllocatorKind;

@@ -16,6 +16,10 @@ fn same(a: f32, b: f32) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn accumulate_equals_the_emulation_and_pytorch_to_every_digit() {
     let Some(rt) = runtime() else { return };
     let gpu = accumulate::on_gpu(&rt).unwrap();
@@ -46,6 +50,10 @@ fn accumulate_equals_the_emulation_and_pytorch_to_every_digit() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn layernorm_statistics_equal_the_emulation_bit_for_bit() {
     let Some(rt) = runtime() else { return };
     let gpu = layernorm::on_gpu(&rt).unwrap();
@@ -89,6 +97,10 @@ fn layernorm_statistics_equal_the_emulation_bit_for_bit() {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn the_toy_has_pytorchs_dtypes_and_the_emulations_values() {
     let Some(rt) = runtime() else { return };
     let torch = pytorch::reference();
@@ -186,6 +198,10 @@ fn conversion_check(rt: &Runtime, input: &[f32]) -> [Vec<u16>; 4] {
 }
 
 #[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
 fn our_fp16_and_bf16_conversions_are_the_hardwares() {
     let Some(rt) = runtime() else { return };
     let input = conversion_inputs();

@@ -476,6 +476,10 @@ fn layout(a: &CachingAllocator<FakeDevice>) -> Vec<Vec<(u64, u64, bool)>> {
 /// `torch.cuda.max_memory_allocated()` measured after it (peaks.jsonl), and leaves the cache as
 /// PyTorch left it.
 #[test]
+#[cfg_attr(
+    no_shared_ours,
+    ignore = "needs ../shared/fixtures/ours beside the checkout"
+)]
 fn pytorch_steps_replay_to_pytorchs_measured_peak() {
     let Some(dir) = common::shared("ours/memsnap") else {
         return;

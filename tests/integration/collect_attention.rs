@@ -47,6 +47,7 @@ fn bad_attention_values_are_refused_before_any_gpu_work() {
 }
 
 #[test]
+#[cfg_attr(not(no_gpu), ignore = "checks the answer of a machine without a GPU")]
 fn attention_without_a_device_says_so_and_exits_2() {
     if let Ok(n) = collect::gpu::device::probe() {
         eprintln!("skipped: this machine has {n} CUDA device(s)");

@@ -352,6 +352,10 @@ fn kernels_attribute_to_ranges_through_their_api_calls() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_ours,
+    ignore = "needs ../shared/fixtures/ours beside the checkout"
+)]
 fn trace_tables_are_created_as_nsys_creates_them() {
     let Some(real) = common::shared("ours/nsys/torch_small_ctx128_train_fp32.sqlite") else {
         return;
@@ -587,6 +591,10 @@ fn raw_cupti_records_convert_write_and_read_back() {
 
 /// nsys's `shortName` for every kernel of a real export, from its `mangledName`.
 #[test]
+#[cfg_attr(
+    no_shared_ours,
+    ignore = "needs ../shared/fixtures/ours beside the checkout"
+)]
 fn kernel_short_names_match_nsys() {
     let Some(real) = common::shared("ours/nsys/torch_small_ctx128_train_fp32.sqlite") else {
         return;

@@ -16,6 +16,10 @@ fn dlprof() -> Option<std::path::PathBuf> {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn a_phase_named_by_its_operator_gathers_every_call() {
     let Some(path) = dlprof() else { return };
     let trace = formats::load_trace(&path).unwrap();
@@ -52,6 +56,10 @@ fn a_phase_named_by_its_operator_gathers_every_call() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn compare_pairs_ranges_by_operator_and_keeps_the_labels_as_recorded() {
     let Some(path) = dlprof() else { return };
     let p = path.display().to_string();

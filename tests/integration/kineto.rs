@@ -242,6 +242,10 @@ const PUBLIC: &[(&str, usize, usize, usize, usize, usize, &str)] = &[
 ];
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn public_kineto_traces_load() {
     for &(file, kernels, memcpy, memset, calls, ranges, gpu) in PUBLIC {
         let Some(path) = common::shared(file) else {
@@ -271,6 +275,10 @@ fn public_kineto_traces_load() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn rocm_trace_keeps_hip_calls_and_device_numbers() {
     let Some(path) =
         common::shared("public/kineto/tracelens-kineto__torch_compile_triton__trace.json.gz")

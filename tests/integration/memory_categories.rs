@@ -157,6 +157,10 @@ fn a_window_that_starts_after_the_backward_pass_still_splits_the_training_state(
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn gradients_made_by_backward_ops_before_recording_are_gradients() {
     // A public torch 2.6 training step whose weight gradients come from `BmmBackward0`.
     let Some(dir) = common::shared("public/memsnap") else {

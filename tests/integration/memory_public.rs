@@ -116,6 +116,10 @@ const FILES: [Manifest; 4] = [
 ];
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn public_snapshots_load_with_the_manifest_counts() {
     for m in &FILES {
         let Some(path) = public(m.file) else { return };
@@ -145,6 +149,10 @@ fn public_snapshots_load_with_the_manifest_counts() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn wedsonlin_training_carries_compile_context_and_optimizer_annotations() {
     let Some(path) = public("wedsonlin-a2__medium_128_training_memory_snapshot.pickle.gz") else {
         return;
@@ -159,6 +167,10 @@ fn wedsonlin_training_carries_compile_context_and_optimizer_annotations() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn public_snapshots_give_tables_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     for (i, m) in FILES.iter().enumerate() {

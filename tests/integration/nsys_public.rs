@@ -144,6 +144,10 @@ fn check_file(path: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn every_public_export_loads_and_reports() {
     let Some(dir) = common::shared("public/nsys") else {
         return;
@@ -165,6 +169,10 @@ fn every_public_export_loads_and_reports() {
 /// The CLI's answer for a report whose table the export lacks: one `skipped:` line on stderr,
 /// nothing on stdout, exit status 0 (as `nsys stats` prints `SKIPPED:` and goes on).
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn missing_kernel_table_is_skipped_in_one_line() {
     let Some(dir) = common::shared("public/nsys") else {
         return;

@@ -115,6 +115,10 @@ fn torch_large_ctx512_train_fp32() {
 
 /// 60 training steps, 136,995 kernels.
 #[test]
+#[cfg_attr(
+    no_shared_ours,
+    ignore = "needs ../shared/fixtures/ours beside the checkout"
+)]
 fn torch_small_ctx128_train_fp32_60steps() {
     let Some(dir) = common::shared("ours/large") else {
         return;

@@ -350,6 +350,10 @@ fn public_exports() -> Vec<PathBuf> {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_public,
+    ignore = "needs ../shared/fixtures/public beside the checkout"
+)]
 fn every_public_export_gets_a_profile_or_says_what_it_lacks() {
     let mut refused = BTreeSet::new();
     for path in public_exports() {
@@ -598,6 +602,10 @@ fn cli_help_explains_the_attribution_modes() {
 /// The 60-step export (137k kernels): the whole profile, load included, in under a second.
 /// Timing means something only in an optimised build: `cargo test --release --test profile`.
 #[test]
+#[cfg_attr(
+    any(debug_assertions, no_shared_ours),
+    ignore = "needs an optimised build (--release) and ../shared/fixtures/ours beside the checkout"
+)]
 fn torch_small_ctx128_train_fp32_60steps_profiles_in_under_a_second() {
     if cfg!(debug_assertions) {
         eprintln!("skipped: timing needs an optimised build (cargo test --release)");

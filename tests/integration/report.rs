@@ -342,6 +342,10 @@ fn report_over_the_project_fixtures() {
 }
 
 #[test]
+#[cfg_attr(
+    no_shared_ours,
+    ignore = "needs ../shared/fixtures/ours beside the checkout"
+)]
 fn report_over_the_shared_fixtures() {
     let (Some(nsys), Some(memsnap)) = (common::shared("ours/nsys"), common::shared("ours/memsnap"))
     else {

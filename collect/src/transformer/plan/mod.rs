@@ -124,6 +124,24 @@ pub struct Plan {
     pub memory: Memory,
     /// How `--checkpoint auto` decided, when it did ([`plan_with`]).
     pub auto_checkpoint: Option<AutoCheckpoint>,
+    /// The device memory the plan was checked against, when one was named
+    /// ([`Plan::check_device`]).
+    pub device_memory: Option<u64>,
+}
+
+impl Plan {
+    /// Checks the plan against a device of `capacity` bytes (`--device-memory`): afterwards the
+    /// plan's tables and JSON say whether it fits, and so does [`Plan::fits_device`].
+    pub fn check_device(mut self, capacity: u64) -> Plan {
+        self.device_memory = Some(capacity);
+        self
+    }
+
+    /// Whether the peak fits the device memory the plan was checked against (as [`fits`]
+    /// counts it), or `None` when it was checked against none.
+    pub fn fits_device(&self) -> Option<bool> {
+        self.device_memory.map(|c| self.memory.peak < c)
+    }
 }
 
 /// What `--checkpoint auto` weighed: the device's memory and the peak without checkpointing.
@@ -243,6 +261,7 @@ pub fn plan(run: &RunConfig) -> Plan {
             residual_stream: bt * d * 4,
         },
         auto_checkpoint: None,
+        device_memory: None,
     }
 }
 

@@ -49,6 +49,10 @@ impl Plan {
                 "device_memory": a.capacity,
                 "peak_without_checkpoint": a.peak_without,
             })),
+            "device_memory": self.device_memory.map(|c| json!({
+                "bytes": c,
+                "fits": self.memory.peak < c,
+            })),
         })
     }
 
@@ -65,6 +69,21 @@ impl Plan {
         } else {
             format!("--checkpoint auto: off ({against}: fits).")
         })
+    }
+
+    /// Whether the peak fits the device memory the plan was checked against, in a sentence.
+    pub fn device_note(&self) -> Option<String> {
+        let capacity = self.device_memory?;
+        let (verdict, relation) = if self.memory.peak < capacity {
+            ("fits", "within")
+        } else {
+            ("does not fit", "over")
+        };
+        Some(format!(
+            "The plan {verdict} the device: its peak, {}, is {relation} the {} of --device-memory.",
+            format_bytes(self.memory.peak),
+            format_bytes(capacity)
+        ))
     }
 
     pub fn document(&self) -> Document {
@@ -171,6 +190,7 @@ impl Plan {
                     notes: self
                         .auto_checkpoint_note()
                         .into_iter()
+                        .chain(self.device_note())
                         .chain(
                             self.run
                                 .refusal()

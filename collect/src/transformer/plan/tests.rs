@@ -279,3 +279,43 @@ fn memory_sizes_parse_with_or_without_a_unit() {
         assert!(parse_bytes(bad).is_err(), "{bad}");
     }
 }
+
+/// `collect plan --size 2.7B --device-memory 1GiB`: the checkpointed step still needs 51.4 GiB,
+/// and the plan says it does not fit; an H200 holds it.
+#[test]
+fn a_plan_checked_against_a_device_says_whether_it_fits() {
+    let r = run("2.7B", Mode::Train, Precision::Fp32);
+    let unchecked = plan_with(Checkpoint::Auto, &r, 1 << 30);
+    assert_eq!(unchecked.fits_device(), None);
+    assert_eq!(unchecked.device_note(), None);
+    assert_eq!(
+        unchecked.to_json()["device_memory"],
+        serde_json::Value::Null
+    );
+
+    let small = unchecked.check_device(1 << 30);
+    assert_eq!(format_bytes(small.memory.peak), "51.4 GiB");
+    assert_eq!(small.fits_device(), Some(false));
+    assert_eq!(
+        small.device_note().unwrap(),
+        "The plan does not fit the device: its peak, 51.4 GiB, is over the 1.0 GiB of \
+         --device-memory."
+    );
+    assert!(small.document().sections[1]
+        .notes
+        .contains(&small.device_note().unwrap()));
+    let json = small.to_json();
+    assert_eq!(json["device_memory"]["bytes"], 1u64 << 30);
+    assert_eq!(json["device_memory"]["fits"], false);
+
+    let h200 = plan_with(Checkpoint::Auto, &r, H200_MEMORY).check_device(H200_MEMORY);
+    assert_eq!(h200.fits_device(), Some(true));
+    assert!(h200
+        .device_note()
+        .unwrap()
+        .starts_with("The plan fits the device"));
+    // The peak equal to the device's memory does not fit, as `fits` counts it.
+    let exact = h200.memory.peak;
+    assert_eq!(h200.clone().check_device(exact).fits_device(), Some(false));
+    assert_eq!(h200.check_device(exact + 1).fits_device(), Some(true));
+}
