@@ -248,3 +248,46 @@ fn counts_that_graphs_hide_do_not_make_time_per_call_lead() {
     assert!(md.starts_with("### Summary"), "{md}");
     assert!(md.contains("so the counts do not measure the work"), "{md}");
 }
+
+#[test]
+fn a_graph_capture_is_compared_per_step_with_its_gemm_share_unknown() {
+    // The same training step with graphs traced as wholes and node by node: most of the graph
+    // capture's step time is graphs whose kernels are unknown. Its GEMM share is n/a, not 0.0,
+    // the totals are compared per measured step, and the gate passes on that figure.
+    let graph = common::fixture("captures/torch_graphs_graph_small_l4_ctx128_train_fp32.sqlite.gz");
+    let node = common::fixture("captures/torch_graphs_node_small_l4_ctx128_train_fp32.sqlite.gz");
+    let (graph, node) = (graph.display().to_string(), node.display().to_string());
+    for (a, b, graph_side) in [(&node, &graph, "b"), (&graph, &node, "a")] {
+        let o = analyze(&["compare", a, b, "--fail-if-slower", "5"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("check passed: GPU time per measured step"));
+        let v = common::json_stdout(&analyze(&["compare", a, b, "-f", "json"]));
+        assert_eq!(v["headline"]["basis"], "per_step");
+        assert_eq!(v["unseen"][graph_side], true);
+        assert_eq!(v["judgeable"], true);
+        assert!(
+            v["gemm_fraction"][graph_side].is_null(),
+            "{}",
+            v["gemm_fraction"]
+        );
+        let other = if graph_side == "a" { "b" } else { "a" };
+        let seen = v["gemm_fraction"][other].as_f64().unwrap();
+        assert!(seen > 0.5, "node capture: GEMM {seen}");
+        for pass in v["passes"].as_array().unwrap() {
+            if pass["name"] == "forward" || pass["name"] == "measured steps" {
+                assert!(pass[graph_side]["gemm_fraction"].is_null(), "{pass}");
+            }
+        }
+        let md = text(&analyze(&["compare", a, b, "-f", "markdown"]).stdout);
+        let gemm_row = md
+            .lines()
+            .find(|l| l.starts_with("| GEMM % of kernel time"))
+            .unwrap_or_else(|| panic!("{md}"));
+        assert!(gemm_row.contains("| n/a |"), "{gemm_row}");
+        assert!(
+            md.contains("ran 10 CUDA graph executions without per-kernel detail"),
+            "{md}"
+        );
+        assert!(md.contains("Totals are compared per measured step"), "{md}");
+    }
+}

@@ -89,10 +89,15 @@ fn json_tables(v: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// A table cell as the Markdown renderer writes it: names with template arguments or scopes as
+/// code spans, pipes escaped.
 fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    let escaped = s.replace('|', "\\|");
+    if s.contains(['<', '>']) || s.contains("::") {
+        format!("`{escaped}`")
+    } else {
+        escaped
+    }
 }
 
 /// Each cell of `report.md` shows the number `report.json` holds, rounded to the decimals shown.
@@ -333,12 +338,18 @@ fn report_over_the_project_fixtures() {
     // Progress went to stderr, one line per file.
     let err = stderr(&o);
     assert!(err.contains("torch_small_ctx128_train_fp32.sqlite.gz: small ctx128 train fp32"));
-    // Template names are escaped, so GitHub keeps them.
-    assert!(md.contains("elementwise_kernel&lt;128, 2,"));
+    // Template names are code spans, so GitHub shows them as written.
+    let line = md
+        .lines()
+        .find(|l| l.contains("elementwise_kernel<128, 2,"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(line.contains("| `"), "{line}");
+    assert!(!md.contains("&lt;"));
+    // Every `<` of a table is inside a code span.
     assert!(md
         .lines()
-        .filter(|l| l.starts_with("| "))
-        .all(|l| !l.contains('<')));
+        .filter(|l| l.starts_with("| ") && l.contains('<'))
+        .all(|l| l.contains("| `")));
 }
 
 #[test]
@@ -473,4 +484,50 @@ fn labels_come_from_metadata_then_file_name_then_the_option_and_oom_shows() {
     let (_, o) = report(&[&d.join("notes.csv")], &[]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}
+
+/// A snapshot whose trace ends in an out-of-memory event: the report marks it `OOM` in the
+/// model × context matrix and in the per-snapshot table, as its legend says.
+#[test]
+fn an_out_of_memory_event_is_marked() {
+    use analyze::formats::torch_snapshot::{read, write};
+    use analyze::model::snapshot::{Action, StackId, TraceEntry};
+
+    let inputs = tempfile::tempdir().unwrap();
+    let mut snap = read::load(&common::fixture(
+        "memsnap/memsnap_small_ctx128_forward_fp32.pickle.gz",
+    ))
+    .unwrap();
+    let last = snap.traces[0].last().unwrap().time_us;
+    snap.traces[0].push(TraceEntry {
+        action: Action::Oom,
+        addr: 0,
+        size: 80 << 30,
+        stream: 0,
+        time_us: last.map(|t| t + 1),
+        stack: StackId::EMPTY,
+        compile_context: None,
+        user_metadata: None,
+    });
+    std::fs::write(
+        inputs
+            .path()
+            .join("memsnap_small_ctx128_forward_fp32.pickle"),
+        write::to_pickle(&snap),
+    )
+    .unwrap();
+    let (dir, o) = report(&[inputs.path()], &["--no-plots"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let md = read(&dir, "report.md");
+    let v: Value = serde_json::from_str(&read(&dir, "report.json")).unwrap();
+    assert_same_numbers(&md, &v);
+    let matrix = md_tables(&md)
+        .into_iter()
+        .find(|t| t.columns.iter().any(|c| c == "ctx 128 forward"))
+        .expect("a model × context matrix");
+    assert_eq!(matrix.rows[0], ["small", "OOM"]);
+    let per_snapshot = table(&v, "peak_memory", Some("Per snapshot"));
+    let r = row(per_snapshot, "run", "small ctx128 forward fp32");
+    assert_eq!(r["out of memory"], "OOM");
+    assert!(md.contains("`OOM`"), "the legend is there");
 }

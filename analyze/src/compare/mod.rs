@@ -151,6 +151,19 @@ pub struct TraceSummary {
     /// CUDA graph executions without per-kernel detail: each counts as one instance (a row
     /// `[CUDA graph N]`), however many kernels it ran.
     pub untraced_graph_executions: u64,
+    /// Their summed durations (part of `kernel_time`).
+    pub untraced_graph_time: Nanos,
+}
+
+impl TraceSummary {
+    /// Time in CUDA graphs traced without per-kernel detail over all kernel time (0..1).
+    pub fn untraced_share(&self) -> f64 {
+        if self.kernel_time.0 > 0 {
+            self.untraced_graph_time.as_f64() / self.kernel_time.as_f64()
+        } else {
+            0.0
+        }
+    }
 }
 
 /// How kernels are grouped besides by name. Both functions receive the GNU-demangled kernel
@@ -244,7 +257,46 @@ pub struct Headline {
 /// The name of the measured steps in [`Comparison::passes`].
 const MEASURED_STEPS: &str = "measured steps";
 
+/// Which side of a comparison does not see most of its kernels: most of its GPU time (in the
+/// measured steps when both traces have them, else in the whole trace) ran in CUDA graphs traced
+/// without per-kernel detail.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Unseen {
+    pub a: bool,
+    pub b: bool,
+}
+
+impl Unseen {
+    pub fn any(&self) -> bool {
+        self.a || self.b
+    }
+}
+
 impl Comparison {
+    /// Which sides run mostly in CUDA graphs whose kernels were not traced ([`Unseen`]).
+    pub fn unseen(&self) -> Unseen {
+        match self.passes.iter().find(|p| p.name == MEASURED_STEPS) {
+            Some(p) => Unseen {
+                a: p.a.mostly_untraced(),
+                b: p.b.mostly_untraced(),
+            },
+            None => Unseen {
+                a: self.a.untraced_share() > passes::MOSTLY_UNTRACED,
+                b: self.b.untraced_share() > passes::MOSTLY_UNTRACED,
+            },
+        }
+    }
+
+    /// Whether `--fail-if-slower` may judge this comparison. GPU time per measured step counts
+    /// graph executions as GPU time on both sides, and time per call is led only where instance
+    /// counts measure the work; but whole-trace kernel time of a trace with CUDA graphs traced
+    /// without per-kernel detail holds whatever else the trace ran (compilation, autotuning,
+    /// warm-up), which the other side may not have: no verdict is drawn from it.
+    pub fn judgeable(&self) -> bool {
+        let untraced = self.a.untraced_graph_executions + self.b.untraced_graph_executions > 0;
+        !(untraced && self.headline().basis == Basis::Total)
+    }
+
     /// When the two traces ran different amounts of work ([`per_call::Work::differs`]) and
     /// their instance counts can say so (no CUDA graph ran without per-kernel detail) over
     /// kernels both ran, kernel time per call at A's instance counts; else GPU time per measured
@@ -413,6 +465,18 @@ pub fn phase_deltas(a: &Trace, b: &Trace) -> Vec<PhaseDelta> {
     rows
 }
 
+/// Summed durations of the CUDA graph executions traced without per-kernel detail.
+fn untraced_time(trace: &Trace) -> Nanos {
+    let untraced = untraced_graphs(trace);
+    trace
+        .graph_execs
+        .iter()
+        .enumerate()
+        .filter(|(g, _)| untraced[*g])
+        .map(|(_, e)| e.duration())
+        .sum()
+}
+
 fn summary(trace: &Trace, totals: &BTreeMap<String, Side>) -> TraceSummary {
     TraceSummary {
         path: trace.source.path.display().to_string(),
@@ -421,6 +485,7 @@ fn summary(trace: &Trace, totals: &BTreeMap<String, Side>) -> TraceSummary {
         kernel_instances: totals.values().map(|s| s.instances).sum(),
         distinct_kernels: totals.len(),
         untraced_graph_executions: untraced_graphs(trace).iter().filter(|&&u| u).count() as u64,
+        untraced_graph_time: untraced_time(trace),
     }
 }
 
@@ -467,11 +532,16 @@ pub fn compare_traces(
             g as f64 / total.0 as f64
         })
     };
-    c.gemm_fraction = Some(GemmFraction {
-        a: share(|d| d.a.total, c.a.kernel_time),
-        b: share(|d| d.b.total, c.b.kernel_time),
-    });
+    let a_share = share(|d| d.a.total, c.a.kernel_time);
+    let b_share = share(|d| d.b.total, c.b.kernel_time);
     c.passes = pass_deltas(&profile(a, classifier, opts), &profile(b, classifier, opts));
+    // A side whose time is mostly graphs without per-kernel detail has no GEMM fraction to
+    // give: the GEMMs inside its graphs count as `cuda_graph`, and 0% would read as "no GEMMs".
+    let unseen = c.unseen();
+    c.gemm_fraction = Some(GemmFraction {
+        a: a_share.filter(|_| !unseen.a),
+        b: b_share.filter(|_| !unseen.b),
+    });
     c
 }
 
@@ -494,7 +564,13 @@ pub struct Regression {
 /// `Some` when B's [`Comparison::headline`] figure (time per call at A's instance counts when
 /// the two ran different amounts of work, else GPU time per measured step, else total kernel
 /// time) is more than `threshold_pct` percent above A's.
+///
+/// `None` too when the comparison cannot be judged ([`Comparison::judgeable`]): a side's CUDA
+/// graphs ran without per-kernel detail and only whole-trace totals are left to compare.
 pub fn check_slower(c: &Comparison, threshold_pct: f64) -> Option<Regression> {
+    if !c.judgeable() {
+        return None;
+    }
     let headline = c.headline();
     let change = headline.change_pct;
     let failed = match change {
@@ -610,6 +686,7 @@ mod tests {
                 kernel_instances: 1,
                 distinct_kernels: 1,
                 untraced_graph_executions: 0,
+                untraced_graph_time: Nanos(0),
             },
             b: TraceSummary {
                 path: "b".into(),
@@ -618,6 +695,7 @@ mod tests {
                 kernel_instances: 1,
                 distinct_kernels: 1,
                 untraced_graph_executions: 0,
+                untraced_graph_time: Nanos(0),
             },
             kernels: vec![Delta {
                 name: "k".into(),
@@ -641,5 +719,14 @@ mod tests {
         assert!(check_slower(&mk(1000, 900), 0.0).is_none());
         assert!(check_slower(&mk(0, 0), 0.0).is_none());
         assert!(check_slower(&mk(0, 1), 50.0).is_some());
+
+        // With CUDA graphs traced as wholes and no measured steps, only whole-trace totals are
+        // left: no verdict, however far apart they are.
+        let mut c = mk(1000, 2290);
+        c.b.untraced_graph_executions = 10;
+        c.b.untraced_graph_time = Nanos(2000);
+        assert!(!c.judgeable());
+        assert!(check_slower(&c, 5.0).is_none());
+        assert!(c.unseen().b && !c.unseen().a);
     }
 }

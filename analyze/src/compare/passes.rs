@@ -7,7 +7,12 @@
 
 use serde::Serialize;
 
+use crate::kernels::class::KernelClass;
 use crate::profile::{PhaseProfile, Profile};
+
+/// Above this share of a pass's GPU time in CUDA graphs traced without per-kernel detail, the
+/// pass's kernels are mostly unknown: its GEMM fraction is not given.
+pub const MOSTLY_UNTRACED: f64 = 0.5;
 
 /// One pass of one profile, per measured step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -16,8 +21,31 @@ pub struct PassSide {
     pub wall_ns_per_step: Option<f64>,
     pub kernel_ns_per_step: Option<f64>,
     pub kernels_per_step: Option<f64>,
-    /// GEMM kernel time over kernel time (0..1).
+    /// GEMM kernel time over kernel time (0..1); `None` when most of the pass's time is in CUDA
+    /// graphs traced without per-kernel detail (their kernels could be GEMMs or not).
     pub gemm_fraction: Option<f64>,
+    /// Time in CUDA graphs traced without per-kernel detail over kernel time (0..1).
+    pub untraced_graph_fraction: Option<f64>,
+}
+
+/// Time in CUDA graphs traced without per-kernel detail over a pass's kernel time (0..1);
+/// `None` without kernel time.
+pub fn untraced_graph_fraction(p: &PhaseProfile) -> Option<f64> {
+    let graph_ns: i64 = p
+        .classes
+        .iter()
+        .filter(|c| c.class == KernelClass::CudaGraph)
+        .map(|c| c.total_ns)
+        .sum();
+    (p.kernel_ns > 0).then(|| graph_ns as f64 / p.kernel_ns as f64)
+}
+
+/// A pass's GEMM fraction, `None` when most of its time is in CUDA graphs traced without
+/// per-kernel detail ([`MOSTLY_UNTRACED`]).
+pub fn seen_gemm_fraction(p: &PhaseProfile) -> Option<f64> {
+    let untraced = untraced_graph_fraction(p);
+    p.gemm_fraction
+        .filter(|_| untraced.is_none_or(|u| u <= MOSTLY_UNTRACED))
 }
 
 impl PassSide {
@@ -27,8 +55,15 @@ impl PassSide {
             wall_ns_per_step: p.wall_ns_per_step,
             kernel_ns_per_step: p.kernel_ns_per_step,
             kernels_per_step: (p.steps > 0).then(|| p.kernels as f64 / p.steps as f64),
-            gemm_fraction: p.gemm_fraction,
+            gemm_fraction: seen_gemm_fraction(p),
+            untraced_graph_fraction: untraced_graph_fraction(p),
         }
+    }
+
+    /// Whether most of the pass's time is in CUDA graphs traced without per-kernel detail.
+    pub fn mostly_untraced(&self) -> bool {
+        self.untraced_graph_fraction
+            .is_some_and(|u| u > MOSTLY_UNTRACED)
     }
 }
 
@@ -113,6 +148,7 @@ mod tests {
             kernel_ns_per_step: Some(kernel),
             kernels_per_step: Some(10.0),
             gemm_fraction: Some(gemm),
+            untraced_graph_fraction: Some(0.0),
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             kernel_instances: kernels.iter().map(|d| f(d).instances).sum(),
             distinct_kernels: kernels.iter().filter(|d| f(d).instances > 0).count(),
             untraced_graph_executions: 0,
+            untraced_graph_time: Nanos(0),
         };
         Comparison {
             a: side(|d| &d.a),

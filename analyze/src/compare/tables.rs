@@ -152,11 +152,12 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
         Cell::Missing,
         Cell::Missing,
     ]);
+    let unseen = c.unseen();
     if let Some(g) = &c.gemm_fraction {
         summary.push(vec![
             Cell::text("GEMM % of kernel time"),
-            opt_pct(g.a),
-            opt_pct(g.b),
+            gemm_cell(g.a, unseen.a),
+            gemm_cell(g.b, unseen.b),
             opt_float(g.delta_points(), 1),
             Cell::Missing,
         ]);
@@ -171,6 +172,12 @@ pub fn document(c: &Comparison, opts: &DocumentOptions) -> Document {
             "Kernel instance counts differ ({} in A, {} in B), but {} CUDA graph executions ran without per-kernel detail (each one instance, however many kernels it ran), so the counts do not measure the work: {} leads, not time per call.",
             work.a_instances, work.b_instances, work.untraced_graph_executions, headline.figure
         ));
+    }
+    if let Some(note) = graphs_note(c) {
+        summary_notes.push(note);
+    }
+    if !c.judgeable() {
+        summary_notes.push(UNJUDGED.to_owned());
     }
     let summary = Section {
         title: Some("Summary".to_owned()),
@@ -326,8 +333,8 @@ fn passes_section(rows: &[PassDelta], opts: &DocumentOptions) -> Section {
             opt_ms(p.b.kernel_ns_per_step),
             opt_ms(p.a.wall_ns_per_step),
             opt_ms(p.b.wall_ns_per_step),
-            opt_pct(p.a.gemm_fraction),
-            opt_pct(p.b.gemm_fraction),
+            gemm_cell(p.a.gemm_fraction, p.a.mostly_untraced()),
+            gemm_cell(p.b.gemm_fraction, p.b.mostly_untraced()),
             opt_float(p.gemm_delta_points(), 1),
             Cell::text(&p.name),
         ]);
@@ -340,6 +347,64 @@ fn passes_section(rows: &[PassDelta], opts: &DocumentOptions) -> Section {
         table: t,
         notes,
     }
+}
+
+/// A GEMM share, or `n/a` where the side's time is mostly CUDA graphs without per-kernel
+/// detail (its GEMMs are inside them, unseen).
+fn gemm_cell(fraction: Option<f64>, unseen: bool) -> Cell {
+    if unseen {
+        Cell::text("n/a")
+    } else {
+        opt_pct(fraction)
+    }
+}
+
+/// What `--fail-if-slower` says, and the summary notes, when a comparison cannot be judged.
+const UNJUDGED: &str = "Not judged by --fail-if-slower: CUDA graphs ran without per-kernel detail and neither trace has measured steps, so only whole-trace totals are left, and they hold whatever else each trace ran (compilation, autotuning, warm-up).";
+
+/// The note for a comparison where CUDA graphs ran without per-kernel detail: what each side
+/// cannot see, and how the totals are compared.
+fn graphs_note(c: &Comparison) -> Option<String> {
+    let unseen = c.unseen();
+    let mut parts = Vec::new();
+    for (name, side, mostly) in [("A", &c.a, unseen.a), ("B", &c.b, unseen.b)] {
+        if side.untraced_graph_executions == 0 {
+            continue;
+        }
+        let share = c
+            .passes
+            .iter()
+            .find(|p| p.name == "measured steps")
+            .and_then(|p| {
+                if name == "A" {
+                    p.a.untraced_graph_fraction
+                } else {
+                    p.b.untraced_graph_fraction
+                }
+            })
+            .map_or_else(
+                || format!("{:.0}% of its kernel time", side.untraced_share() * 100.0),
+                |u| format!("{:.0}% of its GPU time per measured step", u * 100.0),
+            );
+        let gemm = if mostly {
+            ", so its GEMM share is n/a"
+        } else {
+            ""
+        };
+        parts.push(format!(
+            "{name} ran {} CUDA graph executions without per-kernel detail ({share}): their kernels are unknown (class `cuda_graph`){gemm}",
+            side.untraced_graph_executions
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let basis = if c.per_step().is_some() {
+        "Totals are compared per measured step and per pass, with graph time counted as GPU time; whole-trace kernel time and per-kernel rows also hold work outside the steps (compilation, autotuning) and cannot show the kernels inside the graphs."
+    } else {
+        "Per-kernel rows cannot show the kernels inside the graphs."
+    };
+    Some(format!("{}. {basis}", parts.join("; ")))
 }
 
 fn format_name(f: SourceFormat) -> &'static str {
@@ -412,6 +477,8 @@ pub fn comparison_json(c: &Comparison) -> serde_json::Value {
             "gemm_delta_points": p.gemm_delta_points(),
         })).collect::<Vec<_>>(),
         "headline": c.headline(),
+        "unseen": c.unseen(),
+        "judgeable": c.judgeable(),
         "kernel_time_delta_ns": c.kernel_time_delta(),
         "kernel_time_delta_pct": c.kernel_time_delta_pct(),
         "work": work_json(&c.work()),
@@ -573,6 +640,9 @@ fn describe_change(pct: Option<f64>) -> String {
 /// What a passed `--fail-if-slower` check prints: the change judged, and the warning when the
 /// traces ran different amounts of work.
 pub fn check_passed(c: &Comparison, threshold_pct: f64) -> String {
+    if !c.judgeable() {
+        return format!("check skipped: {UNJUDGED}\n");
+    }
     let h = c.headline();
     let mut msg = format!(
         "check passed: {} {} (allowed: +{threshold_pct}%)\n",

@@ -1,8 +1,12 @@
 //! Kernel classes: which kind of work a GPU kernel does (GEMM, fused attention, softmax,
 //! elementwise, ...), decided by ordered regular-expression rules over its demangled name.
 //!
-//! The first rule whose pattern matches anywhere in the name wins; a name no rule matches is
-//! [`KernelClass::Other`]. The built-in rules ([`BUILTIN_RULES`]) were written against every
+//! The first rule whose pattern matches wins; a name no rule matches is [`KernelClass::Other`].
+//! Each rule says what it is matched against ([`Scope`]): the kernel's own function name
+//! ([`own_name`]: no namespaces, no template arguments, the wrapped kernel of a CUTLASS
+//! `Kernel<...>`), or the whole signature where the template arguments are what tells a family
+//! apart (PyTorch's `elementwise_kernel<..., direct_copy_kernel_cuda...>`). So `gemm` in
+//! `fbgemm_gpu::` no longer makes an embedding lookup a GEMM. The built-in rules ([`BUILTIN_RULES`]) were written against every
 //! distinct kernel name in the project's Nsight Systems fixtures and the public exports beside
 //! them (PyTorch eager fp32/bf16 on H200, cuBLAS/cuBLASLt, CUTLASS, nvjet, TensorRT, cuDNN
 //! convolutions, nvFuser, OpenACC), torch.compile, DDP and ROCm traces, and vendors' kernel names
@@ -18,10 +22,15 @@
 //!   exists only because of that GEMM, and whether it runs at all depends on the algorithm the
 //!   heuristic picked, so counting it as a reduction would move time out of "GEMM" for a
 //!   reason that has nothing to do with the model.
-//! - Implicit-GEMM convolutions (`sm80_xmma_fprop_implicit_gemm_*`, `*_scudnn_*`,
-//!   `implicit_convolve_sgemm`) are GEMM too: they are matrix products over an implicit im2col
-//!   matrix. The transforms around other convolution algorithms (Winograd, FFT, im2col) are
-//!   [`KernelClass::Convolution`].
+//!   The epilogues cuBLASLt could not fuse (`cublasLt::epilogue::impl::globalKernel`: bias,
+//!   GELU, bias gradient) are GEMM for the same reason.
+//! - Every convolution is [`KernelClass::Convolution`], however cuDNN, CUTLASS or TensorRT
+//!   implements it: implicit-GEMM kernels (`sm80_xmma_fprop_implicit_gemm_*`, `*_scudnn_*`,
+//!   `implicit_convolve_sgemm`, `cutlass_tensorop_*dgrad*`, `ImplicitGemmConvolution`) as well
+//!   as Winograd and FFT transforms. Which algorithm cuDNN's heuristic picks should not move time
+//!   between "GEMM" and "convolution".
+//! - A foreach copy (`multi_tensor_apply_kernel<..., Copy<float, float>>`, `_foreach_copy_`) is a
+//!   copy wherever it runs; other foreach kernels are optimizer updates.
 
 use std::fmt;
 use std::path::Path;
@@ -30,13 +39,14 @@ use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::kernels::name::own_name;
 use crate::model::trace::MemOpKind;
 
 /// What kind of work a kernel does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelClass {
-    /// Matrix products: cuBLAS/cuBLASLt, CUTLASS, nvjet, gemv, implicit-GEMM convolutions.
+    /// Matrix products: cuBLAS/cuBLASLt, CUTLASS, nvjet, gemv.
     Gemm,
     /// Fused attention: FlashAttention, memory-efficient attention (fmha), cuDNN SDPA.
     Attention,
@@ -58,7 +68,7 @@ pub enum KernelClass {
     /// Collectives and point-to-point transfers between GPUs: NCCL and RCCL kernels, custom
     /// all-reduce kernels, NVLS `multimem` kernels.
     Communication,
-    /// Convolution kernels that are not GEMMs: Winograd and FFT transforms, im2col.
+    /// Convolutions, whatever the algorithm: implicit GEMM, Winograd and FFT transforms, im2col.
     Convolution,
     /// A CUDA graph execution traced as a whole (no per-kernel detail): its kernels could be
     /// anything.
@@ -161,7 +171,20 @@ impl std::str::FromStr for KernelClass {
     }
 }
 
-/// The built-in rules, in the order they are tried: (class, pattern, why).
+/// What text of a kernel's name a rule's pattern is matched against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The kernel's own function name ([`own_name`]): `split_embedding_codegen_forward_kernel`
+    /// of `void fbgemm_gpu::split_embedding_codegen_forward_kernel<...>(...)`, the wrapped kernel
+    /// of a CUTLASS `Kernel<...>`. Namespaces and template arguments cannot decide the class.
+    Name,
+    /// The whole demangled signature: for families told apart by their template arguments
+    /// (PyTorch's `elementwise_kernel<..., direct_copy_kernel_cuda...>`, `multi_tensor_apply_kernel`
+    /// functors) and for labels such as `[CUDA memcpy ...]`.
+    Signature,
+}
+
+/// The built-in rules, in the order they are tried: (class, scope, pattern, why).
 ///
 /// Order matters: communication comes first (collective names carry `reduce`), fused attention
 /// before GEMM (cuDNN and CUTLASS attention kernels carry GEMM-like prefixes), GEMM before
@@ -172,122 +195,140 @@ impl std::str::FromStr for KernelClass {
 /// `triton_tem_` GEMM templates) before the op names Inductor strings into them (`permute`,
 /// `index`, `scatter`) can decide; softmax and norms are told apart by the ops they reduce over.
 /// Every rule is written for a family of names, not for one name.
-pub const BUILTIN_RULES: &[(KernelClass, &str, &str)] = &[
-    (KernelClass::Memcpy, r"^\[CUDA memcpy", "nsys's label of a memcpy"),
-    (KernelClass::Memset, r"^\[CUDA memset", "nsys's label of a memset"),
-    (KernelClass::CudaGraph, r"^\[CUDA graph", "a CUDA graph execution traced as a whole"),
+pub const BUILTIN_RULES: &[(KernelClass, Scope, &str, &str)] = &[
+    (KernelClass::Memcpy, Scope::Signature, r"^\[CUDA memcpy", "nsys's label of a memcpy"),
+    (KernelClass::Memset, Scope::Signature, r"^\[CUDA memset", "nsys's label of a memset"),
+    (KernelClass::CudaGraph, Scope::Signature, r"^\[CUDA graph", "a CUDA graph execution traced as a whole"),
     (
-        KernelClass::Communication,
+        KernelClass::Communication, Scope::Signature,
         r"(?i)nccl|rccl|msccl|nvshmem|deep_ep::",
         "collective libraries: NCCL (ncclDevKernel_*, ncclKernel_*), RCCL (rcclGenericKernel), MSCCL, NVSHMEM, DeepEP",
     ),
     (
-        KernelClass::Communication,
+        KernelClass::Communication, Scope::Signature,
         r"(?i)multimem_|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all",
         "custom collectives: NVLS multimem kernels, vLLM/SGLang/AITER cross_device_reduce, TensorRT-LLM one-/two-shot all-reduce",
     ),
     (
-        KernelClass::Attention,
+        KernelClass::Attention, Scope::Signature,
         r"(?i)flash_?(fwd|bwd|attn)|flash::|flash_\w*(fwd|bwd|dq|dk|dv|attention|decode|prefill)|FlashAttention|fmha|sdpa|flex_attention|mha_(fwd|bwd)|AttentionKernel|efficient_attention|(^|_)attn_(fwd|bwd)|paged_(attention|attn)|merge_attn_states|unified_attention|(Batch|Single)(Prefill|Decode)With\w*KVCache",
         "FlashAttention 1-4 (flash_fwd_*, flash::FlashAttnFwdSm90), fmha (xformers/PyTorch fmha_cutlassF/B, TensorRT-LLM fmhaSm100*, CK ck_tile::FmhaFwdKernel), cuDNN SDPA, Triton attention (attn_fwd), vLLM paged and unified attention, FlashInfer prefill/decode",
     ),
-    (KernelClass::Gemm, r"(?i)splitk_?reduce|ReduceSplitK", "split-K reductions (cuBLAS, CUTLASS): the second half of a split-K GEMM"),
-    (KernelClass::Gemm, r"cublasLt::", "cuBLASLt only launches matrix products and their epilogues"),
+    (KernelClass::Gemm, Scope::Signature, r"(?i)splitk_?reduce|ReduceSplitK", "split-K reductions (cuBLAS, CUTLASS): the second half of a split-K GEMM"),
     (
-        KernelClass::Reduction,
+        KernelClass::Gemm, Scope::Signature,
+        r"^(void )?cublasLt::|^(void )?epilogue::impl::globalKernel",
+        "cuBLASLt only launches matrix products, their split-K reductions and the epilogues (bias, GELU, bias gradient) it could not fuse into the product; nsys cuts the epilogue's name to `epilogue::impl::globalKernel<...>`",
+    ),
+    (
+        KernelClass::Reduction, Scope::Signature,
         r"(?i)pooling|max_?pool|avg_?pool",
         "pooling (sm50_xmma_pooling_*, max_pool_forward_nchw): windowed max/average",
     ),
     (
-        KernelClass::Gemm,
-        r"^sm\d+_xmma_\w*(gemm|fprop|dgrad|wgrad)",
-        "cuBLAS/cuDNN xmma GEMMs and implicit-GEMM convolutions (sm80_xmma_gemm_*)",
+        KernelClass::Convolution, Scope::Name,
+        r"(?i)^sm\d+_xmma_(fprop|dgrad|wgrad)|implicit_?(gemm|convolve)|ImplicitGemmConvolution|scudnn|^cutlass\w*(fprop|dgrad|wgrad)|^(conv2d|conv3d|convolution)_|_(fprop|dgrad|wgrad)_",
+        "convolutions, implicit-GEMM ones included (sm80_xmma_fprop_implicit_gemm_*, *_scudnn_*, implicit_convolve_sgemm, CUTLASS ImplicitGemmConvolution and cutlass_tensorop_*fprop/dgrad/wgrad): they are matrix products over an im2col matrix, but the model asked for a convolution",
     ),
-    (KernelClass::Gemm, r"^sm(9\d|1\d\d)_", "Hopper/Blackwell cuBLAS and CUTLASS kernels named by architecture (sm90_*, sm100_*)"),
     (
-        KernelClass::Gemm,
-        r"(^|_)(maxwell|kepler|pascal|volta|turing|ampere|ada|hopper|blackwell)_\w*(gemm|cudnn)",
-        "cuBLAS/cuDNN/TensorRT SASS kernels: ampere_sgemm_*, volta_scudnn_*, trt_ampere_h16816gemm_*, cudnn_infer_ampere_scudnn_*",
+        KernelClass::Gemm, Scope::Signature,
+        r"^sm\d+_xmma_\w*gemm",
+        "cuBLAS xmma GEMMs (sm80_xmma_gemm_*)",
     ),
-    (KernelClass::Gemm, r"^nvjet_", "cuBLAS nvjet kernels (Hopper and later)"),
+    (KernelClass::Gemm, Scope::Signature, r"^sm(9\d|1\d\d)_", "Hopper/Blackwell cuBLAS and CUTLASS kernels named by architecture (sm90_*, sm100_*)"),
     (
-        KernelClass::Gemm,
-        r"(?i)cutlass.*(gemm|conv(2d|3d|olution))|cutlass\w*(tensorop|simt|wmma)\w*(fprop|dgrad|wgrad)",
-        "CUTLASS GEMMs and implicit-GEMM convolutions: cutlass::Kernel2<cutlass_80_simt_sgemm_*>, GemmUniversal, cutlass3x_sm100_bstensorop_*, cutlass_tensorop_s1688dgrad_*",
+        KernelClass::Gemm, Scope::Signature,
+        r"(^|_)(maxwell|kepler|pascal|volta|turing|ampere|ada|hopper|blackwell)_\w*gemm",
+        "cuBLAS/TensorRT SASS kernels: ampere_sgemm_*, trt_ampere_h16816gemm_*",
     ),
-    (KernelClass::Gemm, r"^(Custom_)?Cijk_", "ROCm Tensile and hipBLASLt GEMMs (Cijk_Ailk_Bljk_*, Cijk_Alik_Bljk_*_MI16x16x1_*)"),
+    (KernelClass::Gemm, Scope::Signature, r"^nvjet_", "cuBLAS nvjet kernels (Hopper and later)"),
     (
-        KernelClass::Gemm,
+        KernelClass::Gemm, Scope::Name,
+        r"(?i)cutlass\w*gemm|^Gemm(Universal|Grouped|Array|Batched|Splitk|WithKReduction)?$",
+        "CUTLASS GEMMs, named by the kernel its `Kernel`/`Kernel2`/`device_kernel` wrapper runs: cutlass_80_simt_sgemm_*, GemmUniversal, cutlass3x_sm100_bstensorop_*",
+    ),
+    (KernelClass::Gemm, Scope::Signature, r"^(Custom_)?Cijk_", "ROCm Tensile and hipBLASLt GEMMs (Cijk_Ailk_Bljk_*, Cijk_Alik_Bljk_*_MI16x16x1_*)"),
+    (
+        KernelClass::Gemm, Scope::Signature,
         r"^[Bb]mm_(Mx)?(E\dm\d|Bfloat16|Fp16|Fp32)",
         "TensorRT-LLM/FlashInfer trtllm-gen batched GEMMs named by operand types, block-scaled ones included (bmm_E4m3_E4m3E4m3_Fp32_*, bmm_MxE4m3_MxE2m1MxE4m3_*)",
     ),
-    (KernelClass::Gemm, r"^triton_tem_", "torch.compile Triton templates (mm, bmm, addmm, conv)"),
+    (KernelClass::Gemm, Scope::Signature, r"^triton_tem_", "torch.compile Triton templates (mm, bmm, addmm, conv)"),
     (
-        KernelClass::Gemm,
+        KernelClass::Gemm, Scope::Signature,
         r"(?i)fused_moe_kernel|wvSplitK",
         "grouped and skinny GEMMs under other names: Triton fused MoE, vLLM's ROCm wvSplitK",
     ),
     (
-        KernelClass::Gemm,
+        KernelClass::Gemm, Scope::Signature,
         r"nvfuser_matmul|nvfuser_\w*\(.*TensorMap.*TensorMap",
         "nvFuser matmuls (operands loaded through TMA descriptors on Hopper)",
     ),
-    (KernelClass::Gemm, r"(?i)gemm|gemv|matmul", "any other GEMM or GEMV: gemmSN_*, gemmk1_kernel, gemv2T_*, deep_gemm::*"),
-    (KernelClass::Softmax, r"(?i)softmax", "softmax and log-softmax (cunn_SoftMaxForward*, topkGatingSoftmax)"),
     (
-        KernelClass::Softmax,
+        KernelClass::Gemm, Scope::Name,
+        r"(?i)gemm|gemv|matmul",
+        "any other GEMM or GEMV by its own name: gemmSN_*, gemmk1_kernel, gemv2T_*, deep_gemm's sm90_fp8_gemm_*; a namespace (`fbgemm_gpu::`) or a template argument does not make a GEMM",
+    ),
+    (KernelClass::Softmax, Scope::Signature, r"(?i)softmax", "softmax and log-softmax (cunn_SoftMaxForward*, topkGatingSoftmax)"),
+    (
+        KernelClass::Softmax, Scope::Signature,
         r"^triton_(per|red)_fused\w*_(amax\w*_exp|exp\w*_max)\w*_sum",
         "torch.compile softmax: a Triton reduction over max, exp and sum (Inductor lists fused ops alphabetically)",
     ),
     (
-        KernelClass::Normalization,
+        KernelClass::Normalization, Scope::Signature,
         r"(?i)layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|RowwiseMoments|welford|\bbn_(fw|bw)",
         "layer, RMS, group, batch and instance normalization",
     ),
     (
-        KernelClass::Normalization,
+        KernelClass::Normalization, Scope::Signature,
         r"^triton_(per|red)_fused\w*(_mean\w*_rsqrt|_var_mean)",
         "torch.compile RMS and layer norms: a Triton reduction over mean (or var_mean) and rsqrt",
     ),
-    (KernelClass::Reduction, r"^triton_(per|red)_", "other torch.compile Triton reductions"),
-    (KernelClass::Elementwise, r"^triton_poi_", "torch.compile Triton pointwise kernels, whatever views and permutes they fuse"),
+    (KernelClass::Reduction, Scope::Signature, r"^triton_(per|red)_", "other torch.compile Triton reductions"),
+    (KernelClass::Elementwise, Scope::Signature, r"^triton_poi_", "torch.compile Triton pointwise kernels, whatever views and permutes they fuse"),
     (
-        KernelClass::Optimizer,
+        KernelClass::Copy, Scope::Signature,
+        r"multi_tensor_apply\w*<.*(::Copy<|CopyFunctor<)",
+        "foreach copies (`_foreach_copy_`, CUDA-graph input copies): a copy wherever it runs, not an optimizer step",
+    ),
+    (
+        KernelClass::Optimizer, Scope::Signature,
         r"multi_tensor_apply|(?i)adam|fused_sgd|lamb_|_fused_sgd",
         "optimizer updates; PyTorch's foreach/fused AdamW runs multi_tensor_apply_kernel",
     ),
     (
-        KernelClass::Elementwise,
-        r"(?i)rotary|(^|_)rope_",
-        "rotary position embeddings: pointwise, though their names say embedding",
+        KernelClass::Elementwise, Scope::Signature,
+        r"(?i)rotary|(^|_)rope_|swiglu|geglu|reglu|(act|silu|gelu|gelu_tanh)_and_mul|gated_act",
+        "rotary position embeddings (pointwise, though their names say embedding) and gated activations: SwiGLU/GeGLU, vLLM's act_and_mul, Transformer Engine's gated_act_kernel",
     ),
     (
-        KernelClass::Index,
-        r"(?i)embedding|index_select|indexSelect|index_elementwise|indexing_backward|index_put|indexFunc|gather|scatter|radix_?sort|segmented_sort|bitonic|topk|moe_align|routingIndices",
-        "embedding lookups, gather/scatter, indexing and the sorts behind their backward; MoE token routing",
+        KernelClass::Index, Scope::Signature,
+        r"(?i)embedding|index_select|indexSelect|index_elementwise|indexing_backward|index_put|indexFunc|gather|scatter|radix_?sort|segmented_sort|bitonic|topk|moe_align|routingIndices|finalizeMoeRouting|moe_finalize|finalize_moe|expandInputRows|moe_(un)?permute|moe_sum|bounds_check_indices|linearize_index|bucketize_sparse",
+        "embedding lookups, gather/scatter, indexing and the sorts behind their backward; MoE token routing and its inverse, the finalize kernels that gather expert outputs back to token order (weighted by the router); fbgemm_gpu's index checks and bucketing",
     ),
     (
-        KernelClass::Copy,
+        KernelClass::Copy, Scope::Signature,
         r"(?i)copy_kernel|direct_copy|CatArray|transpose|permut|Reformat|copyVectorized|_to_copy|\bcast_|nchw_?to_?nhwc|nhwc_?to_?nchw|(reshape|concat)_and_cache|(de)?quant(ize|_)",
         "copies, casts and quantization, concatenation, transposes and layout changes, KV-cache writes",
     ),
     (
-        KernelClass::Convolution,
+        KernelClass::Convolution, Scope::Signature,
         r"(?i)winograd|fft2d|fft_|im2col|col2im|flip_filter|convolve|conv2d|wgrad|dgrad|computeOffsets",
         "convolution kernels that are not GEMMs: transforms, weight-gradient reductions, offset tables",
     ),
     (
-        KernelClass::Normalization,
+        KernelClass::Normalization, Scope::Signature,
         r"nvfuser_(inner_outer_persistent|outer_persistent|inner_persistent)",
         "nvFuser persistent schedules (normalizations)",
     ),
     (
-        KernelClass::Reduction,
+        KernelClass::Reduction, Scope::Signature,
         r"(?i)reduce|reduction|argmax|argmin|cumsum|cumprod|scan_kernel|nll_loss|cross_entropy",
         "reductions (sum, mean, max), losses, scans",
     ),
     (
-        KernelClass::Elementwise,
+        KernelClass::Elementwise, Scope::Signature,
         r"(?i)elementwise|pointwise|fill|triu|tril|distribution|dropout|relu|gelu|silu|sigmoid|tanh|_vectorized\d+_kernel",
         "pointwise kernels, fills, masks, random number generation and jiterator kernels (erfinv_kernel_vectorized4_kernel)",
     ),
@@ -297,6 +338,8 @@ pub const BUILTIN_RULES: &[(KernelClass, &str, &str)] = &[
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub class: KernelClass,
+    /// The text the pattern is matched against. A user file's rules match the signature.
+    pub scope: Scope,
     pub pattern: String,
     /// Where the rule comes from: `built-in` or the user file.
     pub origin: String,
@@ -398,6 +441,7 @@ impl Classifier {
             })?;
             rules.push(Rule {
                 class,
+                scope: Scope::Signature,
                 pattern: r.pattern.clone(),
                 origin: origin.clone(),
             });
@@ -420,8 +464,18 @@ impl Classifier {
     }
 
     fn rule_index(&self, name: &str) -> Option<usize> {
-        // `RegexSet` reports every rule that matches; the first in order wins.
-        self.set.matches(name).iter().next()
+        // `RegexSet` reports every rule that matches; the first in order whose pattern matches
+        // its own scope wins.
+        let signature = self.set.matches(name);
+        let own = own_name(name);
+        let by_name = self.set.matches(&own);
+        self.rules.iter().enumerate().find_map(|(i, r)| {
+            let hit = match r.scope {
+                Scope::Name => by_name.matched(i),
+                Scope::Signature => signature.matched(i),
+            };
+            hit.then_some(i)
+        })
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -432,8 +486,9 @@ impl Classifier {
 fn builtin_rules() -> Vec<Rule> {
     BUILTIN_RULES
         .iter()
-        .map(|(class, pattern, _)| Rule {
+        .map(|(class, scope, pattern, _)| Rule {
             class: *class,
+            scope: *scope,
             pattern: (*pattern).to_owned(),
             origin: "built-in".to_owned(),
         })
@@ -472,9 +527,9 @@ mod tests {
             ("volta_sgemm_128x64_nn", Gemm),
             ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", Gemm),
             ("trt_ampere_h16816gemm_64x64_ldg8_relu_stages_64x5_tn_v1", Gemm),
-            ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x32_stage4_warpsize2x2x1_g1_tensor16x8x16_execute_kernel_trt", Gemm),
-            ("volta_scudnn_128x32_relu_interior_nn_v1", Gemm),
-            ("void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024, (int)5, (int)5, (int)3, (int)3, (int)3, (int)1, (bool)1, (bool)0, (bool)1>(int, int, int, const T1 *, int, T2 *, T1 *, kernel_conv_params, unsigned long long, int, float, float, int, const T2 *, const T2 *, bool, int, int)", Gemm),
+            ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x32_stage4_warpsize2x2x1_g1_tensor16x8x16_execute_kernel_trt", Convolution),
+            ("volta_scudnn_128x32_relu_interior_nn_v1", Convolution),
+            ("void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024, (int)5, (int)5, (int)3, (int)3, (int)3, (int)1, (bool)1, (bool)0, (bool)1>(int, int, int, const T1 *, int, T2 *, T1 *, kernel_conv_params, unsigned long long, int, float, float, int, const T2 *, const T2 *, bool, int, int)", Convolution),
             ("<unnamed>::nvfuser_none_f0_c0_r0_g0(<unnamed>::Tensor<<unnamed>::__half, (int)3, (int)3>, <unnamed>::Tensor<<unnamed>::__half, (int)3, (int)3>, <unnamed>::TensorMap, <unnamed>::TensorMap, <unnamed>::TensorMap, <unnamed>::Tensor<<unnamed>::__half, (int)2, (int)2>)", Gemm),
         ]);
     }
@@ -520,6 +575,28 @@ mod tests {
     }
 
     #[test]
+    fn classes_are_decided_on_the_kernels_own_name() {
+        check(&[
+            // `gemm` in a namespace does not make a GEMM.
+            ("void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<float, float, (int)64, (int)4, (int)1>(at::GenericPackedTensorAccessor<float, (unsigned long)1, at::RestrictPtrTraits, long>)", Index),
+            ("void fbgemm_gpu::permute_2D_data_kernel<true, int, long>(int, int, int, int const*, long const*, int const*, long const*, long*, long*)", Copy),
+            // The wrapped kernel decides for a CUTLASS wrapper.
+            ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>>>(T1::Params)", Gemm),
+            // A foreach copy is a copy, a foreach lerp an optimizer step.
+            ("void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)2>, at::native::<unnamed>::UnaryOpFunctor<float, (int)2, (int)1, (int)1>, at::native::Copy<float, float>>(T1, T2, T3...)", Copy),
+            ("void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)2>, at::native::<unnamed>::TernaryOpScalarFunctor<float, (int)2, (int)2, (int)0>, at::native::LerpFunctor<float>, float>(T1, T2, T3...)", Optimizer),
+            ("void cublasLt::epilogue::impl::globalKernel<8, 32, float, float, float, true, true, 1>(int, int, long, float*, cublasLtEpilogue_t, int, float*, long, void*, long, long, long, float*, long, int*)", Gemm),
+            ("_swiglu_forward_kernel", Elementwise),
+            ("void tensorrt_llm::kernels::finalizeMoeRoutingKernel<float, float, float, (tensorrt_llm::kernels::ScaleMode)1, (bool)1>(float const*, float*, float const*, float const*, int const*, int const*, long, long, long, int const*)", Index),
+            ("sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn_train", Convolution),
+        ]);
+        assert_eq!(
+            own_name("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)"),
+            "cutlass_80_simt_sgemm_256x128_8x4_nn_align1"
+        );
+    }
+
+    #[test]
     fn class_names_round_trip_and_aliases_parse() {
         for c in KernelClass::ALL {
             assert_eq!(c.as_str().parse::<KernelClass>(), Ok(c));
@@ -534,6 +611,7 @@ mod tests {
     fn user_rules_come_first() {
         let mut rules = vec![Rule {
             class: Attention,
+            scope: Scope::Signature,
             pattern: "^ampere_sgemm_128x128_nn$".into(),
             origin: "test".into(),
         }];

@@ -153,8 +153,47 @@ pub fn canonical_names(trace: &Trace) -> KernelNames {
 }
 
 /// Wrapper kernels whose first template argument names the real kernel
-/// (`cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(...)`).
-const WRAPPERS: &[&str] = &["Kernel", "Kernel2"];
+/// (`cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(...)`,
+/// `cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<...>>(...)`).
+const WRAPPERS: &[&str] = &["Kernel", "Kernel2", "device_kernel"];
+
+/// A kernel's own function name, the text kernel classes are decided on: the short name
+/// ([`short_name`]) of the demangled name, or, for a wrapper such as CUTLASS's `Kernel<...>`,
+/// the short name of the kernel it wraps. A mangled name (`_Z...`) is demangled first where a
+/// demangler is available. So `void fbgemm_gpu::split_embedding_codegen_forward_kernel<...>(...)`
+/// is `split_embedding_codegen_forward_kernel`, and neither its namespace nor its template
+/// arguments can make it a GEMM.
+pub fn own_name(name: &str) -> String {
+    let demangled = gnu_demangle(name.trim());
+    let text = demangled.as_deref().unwrap_or(name);
+    let short = short_name(text);
+    if WRAPPERS.contains(&short.as_str()) {
+        if let Some(inner) = first_template_argument(text, &short) {
+            let wrapped = short_name(inner);
+            if !wrapped.is_empty() {
+                return wrapped;
+            }
+        }
+    }
+    short
+}
+
+/// The text of the first template argument after `name<`, brackets balanced.
+fn first_template_argument<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let at = text.find(&format!("{name}<"))? + name.len() + 1;
+    let rest = &text[at..];
+    let mut depth = 0i32;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' | ')' | ']' | '}' if depth == 0 => return Some(rest[..i].trim()),
+            '>' | ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => return Some(rest[..i].trim()),
+            _ => {}
+        }
+    }
+    None
+}
 
 /// The variant family of a demangled kernel name: the short name (or, for CUTLASS's `Kernel`
 /// wrappers, the wrapped kernel's name) with [`normalise_variant`] applied, so tile-size,

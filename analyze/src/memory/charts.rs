@@ -16,16 +16,13 @@ use crate::render::plot::{
     TimelineChart, PALETTE,
 };
 
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// Unit for an axis whose largest value is `max_bytes`.
-fn unit(max_bytes: u64) -> (f64, &'static str) {
-    if max_bytes as f64 >= GIB {
-        (GIB, "GiB")
-    } else {
-        (MIB, "MiB")
-    }
+/// Unit of every memory figure in charts: MiB, as in the tables beside them (`peak MiB`,
+/// `before recording MiB`), so a number read off a chart is the number in the table, whatever
+/// the size. `_max_bytes` is the largest value the chart shows.
+fn unit(_max_bytes: u64) -> (f64, &'static str) {
+    (MIB, "MiB")
 }
 
 fn phase_color(p: Phase) -> RGBColor {

@@ -17,7 +17,8 @@
 //!   through the window per one freed by the step's `zero_grad` (parameter, two moments,
 //!   gradient), or large sizes that all come in threes (parameter and two moments) or all in
 //!   fours (and the gradient) are split so (`split_by_counts`); the rest stay "before
-//!   recording".
+//!   recording". In a forward-only window the blocks from before recording that it never
+//!   frees are the model's parameters and buffers, labelled as a training step's are.
 //! - Autocast's low-precision copies of weights, in stacks with Python frames only
 //!   ([`super::autocast`]).
 //! - A forward activation that no rule recognised but that was allocated from the same line of
@@ -293,6 +294,8 @@ fn before_recording_inference(
         let training_step = spans.iter().any(|s| s.phase != Phase::Forward);
         if training_step {
             split_by_counts(snap, spans, timeline, out);
+        } else if !spans.is_empty() && !optimizer_ran {
+            forward_only_parameters(timeline, out);
         }
         return;
     }
@@ -323,6 +326,18 @@ fn before_recording_inference(
         } else if let Some(n) = state.get_mut(&key).filter(|n| **n > 0) {
             *n -= 1;
             out[i] = OPTIMIZER_STATE.to_owned();
+        }
+    }
+}
+
+/// A forward-only window (inference): no gradient or optimizer state exists to tell the
+/// parameters apart, but the model's weights and buffers are what a forward pass holds from
+/// before recording through to its end. Those blocks are parameters, as a training step's are;
+/// blocks from before recording that the window frees (inputs, caches) stay "before recording".
+fn forward_only_parameters(timeline: &Timeline, out: &mut [String]) {
+    for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
+        if cat == BEFORE_RECORDING && a.free_entry.is_none() {
+            *cat = PARAMETERS.to_owned();
         }
     }
 }

@@ -286,7 +286,7 @@ pub fn stats_section(label: &str, s: &SegmentStats) -> Section {
 
 /// One row per snapshot: forward peak beside the full-step peak.
 pub fn peak_table(reports: &[MemoryReport]) -> Table {
-    let mut t = Table::new([
+    let mut columns = vec![
         "run",
         "model",
         "ctx",
@@ -296,10 +296,17 @@ pub fn peak_table(reports: &[MemoryReport]) -> Table {
         "step peak MiB",
         "peak reserved MiB",
         "before recording MiB",
-    ]);
+    ];
+    // The `OOM` mark, in a column of its own where any snapshot has out-of-memory events: the
+    // peaks of such a run are where it stopped, not what it needed.
+    let any_oom = reports.iter().any(|r| r.oom_events > 0);
+    if any_oom {
+        columns.push("out of memory");
+    }
+    let mut t = Table::new(columns);
     for r in reports {
         let train = r.run.mode.as_deref() != Some("forward");
-        t.push(vec![
+        let mut row = vec![
             Cell::text(&r.label),
             opt_text(r.run.model.as_deref()),
             opt_int(r.run.ctx),
@@ -317,7 +324,15 @@ pub fn peak_table(reports: &[MemoryReport]) -> Table {
             },
             mib(r.peak_reserved_bytes),
             mib(r.start_allocated_bytes),
-        ]);
+        ];
+        if any_oom {
+            row.push(if r.oom_events > 0 {
+                Cell::text("OOM")
+            } else {
+                Cell::Missing
+            });
+        }
+        t.push(row);
     }
     t
 }

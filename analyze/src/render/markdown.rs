@@ -1,5 +1,6 @@
-//! GitHub-flavoured Markdown: `###` titles, pipe tables with numeric columns right-aligned, and
-//! text escaped so that kernel names with template arguments survive GitHub's HTML filter. The
+//! GitHub-flavoured Markdown: `###` titles, pipe tables with numeric columns right-aligned, notes
+//! as a list, and kernel names with template arguments or scopes in code spans, so that they
+//! render as written (no HTML entities, nothing GitHub's HTML filter could take for a tag). The
 //! report's own Markdown (`crate::report`) writes its tables with [`write_markdown_table`].
 
 use std::io::{self, Write};
@@ -19,6 +20,24 @@ pub fn markdown_escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// Whether a cell's text is code (a kernel name with template arguments, parameters or scopes)
+/// rather than prose: `<`, `>` or `::` in it.
+fn is_code(s: &str) -> bool {
+    s.contains(['<', '>']) || s.contains("::")
+}
+
+/// `s` as a code span inside a table cell: shown exactly as written, pipes escaped (GitHub
+/// tables split cells at a bare `|` even inside code) and newlines flattened; a name holding a
+/// backtick is fenced with two.
+fn code_span(s: &str) -> String {
+    let body = s.replace('|', "\\|").replace('\n', " ");
+    if body.contains('`') {
+        format!("`` {body} ``")
+    } else {
+        format!("`{body}`")
+    }
+}
+
 impl Renderer for MarkdownRenderer {
     fn render(&self, doc: &Document, out: &mut dyn Write) -> io::Result<()> {
         write_sections(self, doc, out)
@@ -36,10 +55,11 @@ impl Sectioned for MarkdownRenderer {
     }
 
     fn notes(&self, notes: &[String], out: &mut dyn Write) -> io::Result<()> {
+        // One list item per note: lines of text in a row would run together as one paragraph.
         if !notes.is_empty() {
             writeln!(out)?;
             for note in notes {
-                writeln!(out, "{note}")?;
+                writeln!(out, "- {}", note.replace('\n', " "))?;
             }
         }
         Ok(())
@@ -61,10 +81,41 @@ pub fn write_markdown_table(table: &Table, out: &mut dyn Write) -> io::Result<()
             .iter()
             .map(|c| match c {
                 Cell::Missing => "-".to_owned(),
+                Cell::Text(s) if is_code(s) => code_span(s),
                 c => markdown_escape(&c.display()),
             })
             .collect();
         writeln!(out, "| {} |", cells.join(" | "))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_code_spans_and_notes_a_list() {
+        let mut t = Table::new(["Kernel", "Time"]);
+        t.push(vec![
+            Cell::text("void at::native::elementwise_kernel<128, 2, Mul<float>>(int, T3)"),
+            Cell::Int(5),
+        ]);
+        t.push(vec![Cell::text("a|b"), Cell::Int(1)]);
+        let mut out = Vec::new();
+        write_markdown_table(&t, &mut out).unwrap();
+        MarkdownRenderer
+            .notes(&["first".to_owned(), "second".to_owned()], &mut out)
+            .unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.contains(
+                "| `void at::native::elementwise_kernel<128, 2, Mul<float>>(int, T3)` | 5 |"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("| a\\|b | 1 |"), "{s}");
+        assert!(!s.contains("&lt;"), "{s}");
+        assert!(s.contains("\n- first\n- second\n"), "{s}");
+    }
 }

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeSet;
 
+use crate::compare::passes::{seen_gemm_fraction, untraced_graph_fraction, MOSTLY_UNTRACED};
 use crate::kernels::class::KernelClass;
 use crate::memory::summary::RunName;
-use crate::render::cells::{ms, opt_pct, pct};
+use crate::profile::PhaseProfile;
+use crate::render::cells::{ms, pct};
 use crate::render::{Cell, Table};
 
 use super::super::charts::{class_bars, series_color, ChartData, ClassBar, LinePlot, LineSeries};
@@ -14,6 +16,15 @@ use super::super::labels::model_rank;
 use super::super::{Block, NamedChart, ReportSection, TraceRun};
 use super::matrix::{matrix_blocks, Entry};
 use super::{add_plot, pass_names, phase, precision_rank, step_or_trace, table_block};
+
+/// A GEMM share, or `n/a` where most of the time ran in CUDA graphs without per-kernel detail.
+fn gemm_cell(p: &PhaseProfile) -> Cell {
+    match seen_gemm_fraction(p) {
+        Some(f) => pct(f),
+        None if p.gemm_fraction.is_some() => Cell::text("n/a"),
+        None => Cell::Missing,
+    }
+}
 
 fn series_key(r: &RunName) -> Option<(String, String, Option<String>)> {
     Some((r.model.clone()?, r.mode.clone()?, r.precision.clone()))
@@ -24,17 +35,34 @@ pub(super) fn gemm_section(traces: &[&TraceRun], charts: &mut Vec<NamedChart>) -
         .iter()
         .map(|tr| Entry {
             run: &tr.run,
-            cell: opt_pct(step_or_trace(&tr.profile).gemm_fraction),
+            cell: gemm_cell(step_or_trace(&tr.profile)),
         })
         .collect();
     let mut blocks = vec![Block::Text(
         "GEMM share of GPU kernel time, in percent. Inference is a forward-only run, training a full step (forward, backward and optimizer), both over the measured steps (the whole trace when a run has no step ranges). Per pass below.".into(),
     )];
+    let unseen: Vec<&str> = traces
+        .iter()
+        .filter(|tr| {
+            std::iter::once(step_or_trace(&tr.profile))
+                .chain(&tr.profile.phases)
+                .any(|p| untraced_graph_fraction(p).is_some_and(|u| u > MOSTLY_UNTRACED))
+        })
+        .map(|tr| tr.label.as_str())
+        .collect();
+    let caveats = if unseen.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "n/a: most of the GPU time ran in CUDA graphs traced without per-kernel detail (nsys's default `--cuda-graph-trace=graph`), so the GEMMs inside them are not seen; a share would read as \"no GEMMs\". Capture with `--cuda-graph-trace=node` to see them. Runs: {}.",
+            unseen.join(", ")
+        )]
+    };
     blocks.extend(matrix_blocks(
         "GEMM % of kernel time",
         &entries,
         &[("forward", "inference"), ("train", "training")],
-        Vec::new(),
+        caveats,
     ));
 
     let passes = pass_names(traces);
@@ -49,14 +77,18 @@ pub(super) fn gemm_section(traces: &[&TraceRun], charts: &mut Vec<NamedChart>) -
         row.extend(
             passes
                 .iter()
-                .map(|name| opt_pct(phase(p, name).and_then(|f| f.gemm_fraction))),
+                .map(|name| phase(p, name).map_or(Cell::Missing, gemm_cell)),
         );
-        row.push(opt_pct(s.gemm_fraction));
-        row.push(if s.steps > 0 {
-            ms(s.gemm_ns as f64 / s.steps as f64)
-        } else {
-            Cell::Missing
-        });
+        row.push(gemm_cell(s));
+        row.push(
+            if seen_gemm_fraction(s).is_none() && s.gemm_fraction.is_some() {
+                Cell::text("n/a")
+            } else if s.steps > 0 {
+                ms(s.gemm_ns as f64 / s.steps as f64)
+            } else {
+                Cell::Missing
+            },
+        );
         detail.push(row);
     }
     blocks.push(table_block(Some("GEMM % per pass"), detail, Vec::new()));
@@ -204,7 +236,8 @@ fn gemm_chart(traces: &[&TraceRun]) -> Option<LinePlot> {
                 if series_key(&t.run).as_ref() != Some(key) {
                     continue;
                 }
-                let (Some(ctx), Some(f)) = (t.run.ctx, step_or_trace(&t.profile).gemm_fraction)
+                let (Some(ctx), Some(f)) =
+                    (t.run.ctx, seen_gemm_fraction(step_or_trace(&t.profile)))
                 else {
                     continue;
                 };
