@@ -399,9 +399,13 @@ fn every_kernel_name_lands_in_a_sensible_class() {
         names.extend(t.kernels.iter().map(|k| t.name(k.name).to_owned()));
     }
     let classes = builtin();
-    // A GEMM by its name, whatever the rules say: cuBLAS/CUTLASS/cuDNN GEMM kernels, nvjet,
-    // xmma GEMMs and implicit-GEMM convolutions.
-    let looks_gemm = Regex::new(r"(?i)gemm|gemv|nvjet|cublasLt|xmma_(gemm|fprop)").unwrap();
+    // A GEMM by its name, whatever the rules say: cuBLAS/CUTLASS/cuDNN GEMM kernels, nvjet and
+    // xmma GEMMs; a convolution, implicit GEMM or not, by its pass or cuDNN's convolution names.
+    let looks_gemm = Regex::new(r"(?i)gemm|gemv|nvjet|cublasLt|xmma_gemm").unwrap();
+    let looks_conv = Regex::new(
+        r"(?i)fprop|dgrad|wgrad|scudnn|implicit_convolve|ImplicitGemmConvolution|computeOffsets",
+    )
+    .unwrap();
     let mut others = Vec::new();
     for n in &names {
         let class = classes.classify(n);
@@ -410,7 +414,9 @@ fn every_kernel_name_lands_in_a_sensible_class() {
             class.as_str(),
             n.chars().take(150).collect::<String>()
         );
-        if looks_gemm.is_match(n) {
+        if looks_conv.is_match(n) {
+            assert_eq!(class, KernelClass::Convolution, "{n}");
+        } else if looks_gemm.is_match(n) {
             assert_eq!(class, KernelClass::Gemm, "{n}");
         }
         if class == KernelClass::Other {

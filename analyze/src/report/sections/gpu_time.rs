@@ -88,10 +88,14 @@ pub(super) fn gpu_time_section(traces: &[&TraceRun]) -> ReportSection {
                     Cell::text(if d.slowest { "slowest" } else { "" }),
                 ]);
             }
-            if let Some(d) = p.devices.iter().find(|d| d.slowest) {
+            if let Some(s) = &p.straggler {
+                let cost = match s.wait_caused_ns_per_step {
+                    Some(ns) => format!("{:.3} ms per step", ns / 1e6),
+                    None => format!("{:.3} ms in all", s.wait_caused_ns as f64 / 1e6),
+                };
                 notes.push(format!(
-                    "{}: the slowest rank is device {} (process {}), with the most compute per step; the others wait for it in their collectives.",
-                    tr.label, d.device, d.process
+                    "{}: the slowest rank is device {} (process {}), the straggler: it arrives last at the collectives, and the others wait {cost} for it.",
+                    tr.label, s.device, s.process
                 ));
             }
         }
