@@ -1,5 +1,10 @@
 //! Errors a user's input can cause. Each names the file and says what is wrong with it in one
 //! line; the binary prints it as `error: ...` and exits 2.
+//!
+//! One line whatever the file holds: text that comes from the file or from SQLite (a schema's
+//! `CREATE TABLE`, a table name, a pickle's global, an error SQLite quotes) goes through
+//! [`quote`], which escapes control characters and cuts it at [`QUOTE_CHARS`]; every message
+//! goes through [`one_line`] when it is shown, so no variant can print a line break.
 
 use std::path::{Path, PathBuf};
 
@@ -28,14 +33,15 @@ pub enum Error {
         found_tables: Vec<String>,
     },
 
-    #[error("{}: SQLite error: {source}", path.display())]
+    /// SQLite's own message, quoted: it may hold a schema's SQL. Not a `source`, so that the
+    /// error line does not repeat it uncut.
+    #[error("{}: SQLite error: {}", path.display(), quote(&error.to_string()))]
     Sqlite {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
 
-    #[error("{}: {message}", path.display())]
+    #[error("{}: {}", path.display(), one_line(message))]
     NsysReport { path: PathBuf, message: String },
 
     #[error("{}: pickle opcode 0x{opcode:02x} at byte {offset} is not supported", path.display())]
@@ -45,7 +51,7 @@ pub enum Error {
         offset: u64,
     },
 
-    #[error("{}: pickle asks for `{name}` at byte {offset}; only plain data is read, never code", path.display())]
+    #[error("{}: pickle asks for `{}` at byte {offset}; only plain data is read, never code", path.display(), quote(name))]
     PickleCode {
         path: PathBuf,
         name: String,
@@ -53,15 +59,15 @@ pub enum Error {
     },
 
     /// The file is of a known format but its content is broken or of an unexpected shape.
-    #[error("{}: {message}", path.display())]
+    #[error("{}: {}", path.display(), one_line(message))]
     Malformed { path: PathBuf, message: String },
 
     /// A kernel-classes file (`--classes`) that cannot be used.
-    #[error("{}: kernel classes: {message}", path.display())]
+    #[error("{}: kernel classes: {}", path.display(), one_line(message))]
     KernelClasses { path: PathBuf, message: String },
 
     /// A trace that lacks what a profile needs (no kernels, no CUDA API calls, ...).
-    #[error("{}: nothing to profile: {message}", path.display())]
+    #[error("{}: nothing to profile: {}", path.display(), one_line(message))]
     NothingToProfile { path: PathBuf, message: String },
 
     /// A folder for plots that cannot be made.
@@ -103,7 +109,7 @@ pub enum Error {
     },
 
     /// An environment variable with a value that cannot be used.
-    #[error("{name}={value}: {message}")]
+    #[error("{name}={}: {}", quote(value), one_line(message))]
     Setting {
         name: &'static str,
         value: String,
@@ -142,12 +148,52 @@ fn budget_source(source: &str) -> String {
 }
 
 fn describe_tables(tables: &[String]) -> String {
+    let shown: Vec<String> = tables.iter().take(5).map(|t| quote(t)).collect();
     if tables.is_empty() {
         "no tables".to_owned()
     } else if tables.len() <= 5 {
-        tables.join(", ")
+        shown.join(", ")
     } else {
-        format!("{}, ... ({} tables)", tables[..5].join(", "), tables.len())
+        format!("{}, ... ({} tables)", shown.join(", "), tables.len())
+    }
+}
+
+/// How many characters of a file's text an error quotes.
+pub const QUOTE_CHARS: usize = 120;
+
+/// Text from a file or from SQLite as an error quotes it: on one line, control characters
+/// escaped (`\n`, `\u{1b}`), cut after [`QUOTE_CHARS`] characters with `…`.
+pub fn quote(text: &str) -> String {
+    let mut out = String::new();
+    let mut shown = 0;
+    for c in text.chars() {
+        let mut one = String::new();
+        push_escaped(&mut one, c);
+        shown += one.chars().count();
+        if shown > QUOTE_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push_str(&one);
+    }
+    out
+}
+
+/// A message on one line: control characters escaped, nothing cut (a message is the crate's
+/// own words; what it quotes from a file was cut by [`quote`]).
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    if c.is_control() {
+        out.extend(c.escape_default());
+    } else {
+        out.push(c);
     }
 }
 
@@ -166,3 +212,37 @@ fn describe_devices(devices: &[i64]) -> String {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_escapes_and_cuts() {
+        assert_eq!(quote("a\nb\t\u{1b}c"), "a\\nb\\t\\u{1b}c");
+        let long = "x".repeat(500);
+        let q = quote(&long);
+        assert_eq!(q.chars().count(), QUOTE_CHARS + 1);
+        assert!(q.ends_with('…'));
+        let escapes = quote(&"\u{1}".repeat(500));
+        assert!(escapes.chars().count() <= QUOTE_CHARS + 1, "{escapes}");
+        assert_eq!(
+            quote("é".repeat(QUOTE_CHARS).as_str()),
+            "é".repeat(QUOTE_CHARS)
+        );
+    }
+
+    #[test]
+    fn messages_show_on_one_line() {
+        let e = Error::Malformed {
+            path: "x.sqlite".into(),
+            message: "bad\nworse".into(),
+        };
+        assert_eq!(e.to_string(), "x.sqlite: bad\\nworse");
+        let e = Error::NotAnNsysExport {
+            path: "x.sqlite".into(),
+            found_tables: vec!["CREATE TABLE t (\n  a\n)".into()],
+        };
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+}

@@ -43,9 +43,18 @@ for p in "${PARSERS[@]}"; do
             status=1
             grep -E '^(case [0-9]+:|fuzz )' "$LOG" >&2 || tail -20 "$LOG" >&2
         fi
-        line=$(grep -E "^fuzz $p: " "$LOG" | tail -1 || true)
-        [[ -z $line ]] && { failed=$((failed + n)); continue; }
-        read -r i l r f s < <(sed -E 's/^[^:]+: ([0-9]+) inputs .*: ([0-9]+) loaded, ([0-9]+) refused .*, ([0-9]+) failed; slowest case ([0-9]+) ms.*/\1 \2 \3 \4 \5/' <<<"$line")
+        # The counts line only: `cargo test -q` prints a test's `.` on the same line when another
+        # test of the file ends first (Kineto's), and a failed campaign's panic message also
+        # starts `fuzz NAME: ` (`N failing cases`), which has no counts. A chunk without the
+        # counts line (a hang aborts the process) counts as failed whole.
+        line=$(grep -oE "fuzz $p: [0-9]+ inputs .*" "$LOG" | tail -1 || true)
+        counts=$(sed -nE 's/^fuzz [a-z]+: ([0-9]+) inputs .*: ([0-9]+) loaded, ([0-9]+) refused .*, ([0-9]+) failed; slowest case ([0-9]+) ms.*/\1 \2 \3 \4 \5/p' <<<"$line")
+        if [[ -z $counts ]]; then
+            failed=$((failed + n))
+            echo "fuzz $p: cases $first..$((first + n)) gave no counts; all counted as failed" >&2
+            continue
+        fi
+        read -r i l r f s <<<"$counts"
         inputs=$((inputs + i)) loaded=$((loaded + l)) refused=$((refused + r)) failed=$((failed + f))
         ((s > slowest)) && slowest=$s
         echo "fuzz $p: $inputs inputs so far ($((SECONDS - started)) s)" >&2

@@ -1,6 +1,8 @@
 //! `analyze stats` on input it cannot use: one `error:` line on stderr naming the file and the
-//! problem, exit status 2, no panic or backtrace; and never a change to the input file. Also the
-//! `.nsys-rep` path, with stand-in `nsys` scripts that "export" by copying a real export.
+//! problem, exit status 2, no panic or backtrace; and never a change to the input file, nor a
+//! file made beside it (an export in WAL mode included). Also odd values the commands must
+//! take in their stride (a run with 0 heads), and the `.nsys-rep` path, with stand-in `nsys`
+//! scripts that "export" by copying a real export.
 
 use crate::common;
 
@@ -187,6 +189,139 @@ fn real_exports_are_left_untouched() {
     assert_eq!([snapshot(&plain), snapshot(&gz)], before);
     assert_eq!(before[0].1, old);
     assert_eq!(listing(dir.path()), names);
+}
+
+/// A `collect` trace whose `RUN_METADATA` says `heads = 0`: `stats` read it, `profile`,
+/// `compare` and `report` divided by the head count and panicked. A count of 0 is unknown.
+#[test]
+fn run_with_zero_heads_is_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::unpacked(
+        "collect/collect_small_ctx128_train_fp32.sqlite.gz",
+        dir.path(),
+        "zero_heads.sqlite",
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE RUN_METADATA SET value = '0' WHERE name = 'heads'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let out_dir = dir.path().join("report");
+    let p = path.to_str().unwrap();
+    for args in [
+        vec!["profile", p],
+        vec!["compare", p, p],
+        vec!["report", "--out", out_dir.to_str().unwrap(), p],
+    ] {
+        let out = analyze().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// A damaged schema whose table name holds a whole multi-line `CREATE TABLE` (as a shifted
+/// record of `sqlite_master` does): SQLite's message quotes it, the refusal stays one line.
+#[test]
+fn damaged_schema_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unpacked_export(dir.path(), "schema.sqlite");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "PRAGMA writable_schema = ON; \
+         UPDATE sqlite_master SET name = sql || char(10) || char(27) || '[31m' \
+         WHERE name = 'StringIds';",
+    )
+    .unwrap();
+    drop(conn);
+    let out = stats(&path, "nvtx_sum");
+    assert_one_line_error(&out, &path, "damaged");
+    let line = String::from_utf8_lossy(&out.stderr);
+    assert!(line.contains("CREATE TABLE StringIds (\\n"), "{line}");
+    assert!(!line.contains('\u{1b}'), "{line}");
+    assert!(line.len() < 400, "{} characters: {line}", line.len());
+}
+
+/// A pickle that asks for a global named by ~900 bytes of junk, control characters included:
+/// the refusal quotes the start of it, escaped, on one line.
+#[test]
+fn damaged_pickle_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.pickle");
+    let mut bytes = b"\x80\x02c".to_vec();
+    for _ in 0..100 {
+        bytes.extend_from_slice(b"os\x01\x1b[31m\r\t");
+    }
+    bytes.extend_from_slice(b"\nsystem\n.");
+    std::fs::write(&path, &bytes).unwrap();
+    let out = analyze().arg("memory").arg(&path).output().unwrap();
+    assert_one_line_error(&out, &path, "only plain data is read");
+    let line = String::from_utf8_lossy(&out.stderr);
+    assert!(line.contains("os\\u{1}\\u{1b}[31m\\r\\t"), "{line}");
+    assert!(!line.contains('\u{1b}') && !line.contains('\r'), "{line}");
+    assert!(line.len() < 400, "{} characters: {line}", line.len());
+}
+
+/// Files in `dir` with their bytes and modification times.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
+    listing(dir)
+        .into_iter()
+        .map(|name| {
+            let (bytes, mtime) = snapshot(&dir.join(&name));
+            (name, bytes, mtime)
+        })
+        .collect()
+}
+
+/// An export whose header says WAL mode, plain and gzip-compressed, read by `stats` and
+/// `profile`: SQLite makes no `-wal` or `-shm` beside it (nor beside the inflated copy in the
+/// temporary folder, which is empty afterwards), and no byte or time of the input changes.
+#[test]
+fn wal_export_leaves_no_files_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("inputs");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&inputs).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    let plain = unpacked_export(&inputs, "wal.sqlite");
+    let conn = rusqlite::Connection::open(&plain).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(conn);
+    let bytes = std::fs::read(&plain).unwrap();
+    assert_eq!(bytes[18..20], [2, 2], "the header says WAL");
+    let gz = inputs.join("wal2.sqlite.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, &bytes).unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    let before = contents(&inputs);
+    assert_eq!(listing(&inputs), ["wal.sqlite", "wal2.sqlite.gz"]);
+    for p in [&plain, &gz] {
+        for args in [vec!["stats", "--report", "all"], vec!["profile"]] {
+            let out = analyze()
+                .args(&args)
+                .arg(p)
+                .env("TMPDIR", &tmp)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{args:?} {}: {stderr}",
+                p.display()
+            );
+            assert!(!out.stdout.is_empty());
+            assert!(listing(&tmp).is_empty(), "{args:?}: {:?}", listing(&tmp));
+        }
+    }
+    assert!(contents(&inputs) == before, "{:?}", listing(&inputs));
 }
 
 // ---- .nsys-rep ----

@@ -41,15 +41,20 @@ pub mod keys {
 
 /// The attention head dimension that run metadata gives: `head_dim` when set, else `d_model`
 /// over the head count (`heads`, as `collect` writes it, else `num_heads`, else `n_heads`) when
-/// it divides evenly; `None` when the pairs do not tell.
+/// it divides evenly; `None` when the pairs do not tell. A value of 0 (no heads, no width) is
+/// no answer: it is read as absent, so no division ever sees a zero.
 pub fn head_dim(run: &BTreeMap<String, String>) -> Option<u32> {
-    let int = |k: &str| run.get(k).and_then(|v| v.trim().parse::<u32>().ok());
+    let int = |k: &str| {
+        run.get(k)
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&n| n > 0)
+    };
     int(keys::HEAD_DIM).or_else(|| {
         let d = int(keys::D_MODEL)?;
         let h = int(keys::HEADS)
             .or_else(|| int(keys::NUM_HEADS))
             .or_else(|| int(keys::N_HEADS))?;
-        (h > 0 && d % h == 0).then_some(d / h)
+        (d % h == 0).then(|| d / h)
     })
 }
 
@@ -153,6 +158,43 @@ mod tests {
         let mut m = RunMetadata::new();
         m.set("a", 1).set("b", 2).set("a", 3);
         assert_eq!(m.entries().collect::<Vec<_>>(), [("a", "3"), ("b", "2")]);
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> BTreeMap<String, String> {
+        p.iter()
+            .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn head_dim_from_width_and_heads() {
+        let run = pairs(&[(keys::D_MODEL, "768"), (keys::HEADS, "12")]);
+        assert_eq!(head_dim(&run), Some(64));
+        assert_eq!(head_dim(&pairs(&[(keys::HEAD_DIM, "80")])), Some(80));
+        assert_eq!(
+            head_dim(&pairs(&[(keys::D_MODEL, "768"), (keys::HEADS, "7")])),
+            None
+        );
+    }
+
+    /// A count of 0 is unknown, never a divisor: `heads = 0` made `profile` divide by zero.
+    #[test]
+    fn zero_heads_or_width_is_unknown() {
+        assert_eq!(
+            head_dim(&pairs(&[(keys::D_MODEL, "768"), (keys::HEADS, "0")])),
+            None
+        );
+        let other = pairs(&[
+            (keys::D_MODEL, "768"),
+            (keys::HEADS, "0"),
+            (keys::N_HEADS, "16"),
+        ]);
+        assert_eq!(head_dim(&other), Some(48));
+        assert_eq!(
+            head_dim(&pairs(&[(keys::D_MODEL, "0"), (keys::HEADS, "12")])),
+            None
+        );
+        assert_eq!(head_dim(&pairs(&[(keys::HEAD_DIM, "0")])), None);
     }
 
     #[test]

@@ -247,9 +247,9 @@ pub fn to_file(path: &Path, records: &TraceRecords) -> Result<()> {
 }
 
 fn write_db(tmp: &Path, path: &Path, r: &TraceRecords) -> Result<()> {
-    let err = |source| Error::Sqlite {
+    let err = |error| Error::Sqlite {
         path: path.to_owned(),
-        source,
+        error,
     };
     let mut conn = Connection::open(tmp).map_err(err)?;
     // One writer, a file nobody reads until the rename: no journal needed.

@@ -75,7 +75,8 @@ impl std::fmt::Display for PickleError {
             }
             PickleError::Code { name, offset } => write!(
                 f,
-                "pickle asks for `{name}` at byte {offset}; only plain data is read, never code"
+                "pickle asks for `{}` at byte {offset}; only plain data is read, never code",
+                crate::error::quote(name)
             ),
             PickleError::Malformed { offset, message } => {
                 write!(f, "malformed pickle at byte {offset}: {message}")
@@ -439,7 +440,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     b"00" => Value::Bool(false),
                     b"01" => Value::Bool(true),
                     _ => Value::Int(parse_text_int(line).ok_or_else(|| {
-                        malformed(format!("INT argument {:?} is not a number", lossy(line)))
+                        malformed(format!("INT argument \"{}\" is not a number", shown(line)))
                     })?),
                 };
                 stack.push(v);
@@ -449,8 +450,8 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let digits = line.strip_suffix(b"L").unwrap_or(line);
                 let v = parse_text_int(digits).ok_or_else(|| {
                     malformed(format!(
-                        "LONG argument {:?} is not a 64-bit number",
-                        lossy(line)
+                        "LONG argument \"{}\" is not a 64-bit number",
+                        shown(line)
                     ))
                 })?;
                 stack.push(Value::Int(v));
@@ -461,7 +462,10 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     .ok()
                     .and_then(|s| s.trim().parse().ok())
                     .ok_or_else(|| {
-                        malformed(format!("FLOAT argument {:?} is not a number", lossy(line)))
+                        malformed(format!(
+                            "FLOAT argument \"{}\" is not a number",
+                            shown(line)
+                        ))
                     })?;
                 stack.push(Value::Float(v));
             }
@@ -729,6 +733,11 @@ fn parse_text_int(line: &[u8]) -> Option<i64> {
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Bytes of the pickle as an error quotes them: one line, escaped, cut.
+fn shown(b: &[u8]) -> String {
+    crate::error::quote(&String::from_utf8_lossy(b))
 }
 
 /// Python writes strings with `surrogatepass`; anything that is not valid UTF-8 is replaced

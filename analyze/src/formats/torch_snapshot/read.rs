@@ -88,7 +88,7 @@ impl std::fmt::Display for What {
 /// `what` and, when given, the field: "segment 3 `total_size`".
 fn field(what: What, key: Option<&str>) -> String {
     match key {
-        Some(k) => format!("{what} `{k}`"),
+        Some(k) => format!("{what} `{}`", crate::error::quote(k)),
         None => what.to_string(),
     }
 }
@@ -374,8 +374,12 @@ impl<'a> Converter<'a> {
             None => default_address,
         };
         let state = match self.opt_str(b, key::STATE) {
-            Some(name) => BlockState::from_name(name)
-                .ok_or_else(|| self.err(format!("{what} has an unknown state `{name}`")))?,
+            Some(name) => BlockState::from_name(name).ok_or_else(|| {
+                self.err(format!(
+                    "{what} has an unknown state `{}`",
+                    crate::error::quote(name)
+                ))
+            })?,
             None => return Err(self.err(format!("{what} has no `state`"))),
         };
         // PyTorch 2.0 kept the stack and requested size in `history[0]`.
@@ -630,7 +634,12 @@ fn describe_keys(keys: &[String]) -> String {
     if keys.is_empty() {
         return "none".into();
     }
-    let shown: Vec<&str> = keys.iter().take(6).map(String::as_str).collect();
+    // Keys are the file's text: each quoted on one line, cut.
+    let shown: Vec<String> = keys
+        .iter()
+        .take(6)
+        .map(|k| crate::error::quote(k))
+        .collect();
     if keys.len() > 6 {
         format!("{}, … ({} keys)", shown.join(", "), keys.len())
     } else {

@@ -62,28 +62,60 @@ const NSYS_TABLES: &[&str] = &[
 /// [`Source::missing`](crate::model::trace::Source::missing).
 pub const ANALYSED_TABLES: &[&str] = &[KERNEL, RUNTIME, NVTX_EVENTS, MEMCPY, MEMSET];
 
-/// Open an export read-only: SQLite never writes to it, not even a journal.
+/// Open an export read-only, as an immutable file: SQLite never writes to it and creates
+/// nothing beside it, neither a journal nor, for a file whose header says WAL, the `-wal` and
+/// `-shm` files a plain read-only open makes (an input is never modified and nothing appears
+/// next to it). Immutable also means SQLite takes no lock and reads no `-wal` file that is
+/// already there: an export that `nsys` or `collect` wrote is complete in the database file
+/// (nsys never leaves one in WAL mode with frames pending), and a copy still being written is
+/// not an input.
 pub fn open(path: &Path) -> Result<Connection> {
     crate::formats::check_file(path)?;
     let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        immutable_uri(path),
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|source| sqlite_err(path, source))?;
     Ok(conn)
 }
 
+/// `file:PATH?mode=ro&immutable=1`, with every byte of the path that a URI could read otherwise
+/// (`?`, `#`, `%`, spaces, non-ASCII) percent-encoded; SQLite decodes them back.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    // An absolute path gets an empty authority, so that one starting `//` is not read as a host.
+    if path.is_absolute() {
+        uri.push_str("//");
+    }
+    for &b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"/._-~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?mode=ro&immutable=1");
+    uri
+}
+
+/// An SQLite error about `path`, in the user's terms; SQLite's text is quoted on one line (a
+/// damaged schema's message can hold a whole `CREATE TABLE`).
 fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
     match source.sqlite_error_code() {
         // Say what it means for the user's file: damaged, usually cut short.
         Some(DatabaseCorrupt | NotADatabase) => Error::Malformed {
             path: path.to_owned(),
-            message: format!("the SQLite file is damaged or truncated ({source})"),
+            message: format!(
+                "the SQLite file is damaged or truncated ({})",
+                crate::error::quote(&source.to_string())
+            ),
         },
         _ => Error::Sqlite {
             path: path.to_owned(),
-            source,
+            error: source,
         },
     }
 }
@@ -93,7 +125,7 @@ fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
 /// copy of it).
 fn open_export(db: &Path, shown: &Path) -> Result<(Connection, Schema)> {
     let conn = open(db).map_err(|e| match e {
-        Error::Sqlite { source, .. } => sqlite_err(shown, source),
+        Error::Sqlite { error, .. } => sqlite_err(shown, error),
         Error::Malformed { message, .. } => Error::Malformed {
             path: shown.to_owned(),
             message,
