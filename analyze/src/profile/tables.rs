@@ -8,8 +8,27 @@ use crate::kernels::class::KernelClass;
 use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
 use crate::render::{Cell, Document, Section, Table};
 
+use super::devices::DeviceProfile;
 use super::summary::per_step;
 use super::{PhaseProfile, Profile};
+
+impl DeviceProfile {
+    /// Device, process, steps, and kernel, compute, communication, exposed communication and
+    /// idle time per step: the cells every per-device table starts with.
+    pub fn step_cells(&self) -> [Cell; 8] {
+        let s = self.per_step.as_ref();
+        [
+            Cell::Int(i64::from(self.device)),
+            Cell::Int(i64::from(self.process)),
+            Cell::Int(self.steps as i64),
+            opt_ms(s.map(|s| s.kernel_ns)),
+            opt_ms(s.map(|s| s.compute_ns)),
+            opt_ms(s.map(|s| s.communication_ns)),
+            opt_ms(s.map(|s| s.exposed_communication_ns)),
+            opt_ms(s.map(|s| s.idle_ns)),
+        ]
+    }
+}
 
 impl Profile {
     /// The profile as tables: phases, top non-GEMM kernels, time by class, attention, devices.
@@ -234,15 +253,8 @@ impl Profile {
         ]);
         for d in &self.devices {
             let s = d.per_step.as_ref();
-            t.push(vec![
-                Cell::Int(i64::from(d.device)),
-                Cell::Int(i64::from(d.process)),
-                Cell::Int(d.steps as i64),
-                opt_ms(s.map(|s| s.kernel_ns)),
-                opt_ms(s.map(|s| s.compute_ns)),
-                opt_ms(s.map(|s| s.communication_ns)),
-                opt_ms(s.map(|s| s.exposed_communication_ns)),
-                opt_ms(s.map(|s| s.idle_ns)),
+            let mut row = d.step_cells().to_vec();
+            row.extend([
                 opt_ms(s.map(|s| s.span_ns)),
                 ms(d.kernel_ns as f64),
                 ms(d.communication_ns as f64),
@@ -251,6 +263,7 @@ impl Profile {
                 ms(d.wait_caused_ns as f64),
                 Cell::text(if d.slowest { "slowest" } else { "" }),
             ]);
+            t.push(row);
         }
         let mut notes = vec!["Per step: means over the process's measured steps, each over the step's span on the device. Totals: every kernel the process ran on the device.".to_owned()];
         notes.push("Waited: time at collectives before the last rank arrived; wait caused: the others' waiting for this rank's late arrival.".to_owned());

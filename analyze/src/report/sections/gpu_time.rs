@@ -74,19 +74,10 @@ pub(super) fn gpu_time_section(traces: &[&TraceRun]) -> ReportSection {
         ]);
         if p.devices.len() > 1 {
             for d in &p.devices {
-                let s = d.per_step.as_ref();
-                devices.push(vec![
-                    Cell::text(&tr.label),
-                    Cell::Int(i64::from(d.device)),
-                    Cell::Int(i64::from(d.process)),
-                    Cell::Int(d.steps as i64),
-                    opt_ms(s.map(|s| s.kernel_ns)),
-                    opt_ms(s.map(|s| s.compute_ns)),
-                    opt_ms(s.map(|s| s.communication_ns)),
-                    opt_ms(s.map(|s| s.exposed_communication_ns)),
-                    opt_ms(s.map(|s| s.idle_ns)),
-                    Cell::text(if d.slowest { "slowest" } else { "" }),
-                ]);
+                let mut row = vec![Cell::text(&tr.label)];
+                row.extend(d.step_cells());
+                row.push(Cell::text(if d.slowest { "slowest" } else { "" }));
+                devices.push(row);
             }
             if let Some(s) = &p.straggler {
                 let cost = match s.wait_caused_ns_per_step {
