@@ -24,9 +24,10 @@ use super::{ApiRow, KernelRow, KernelTexts, NameResolver, TraceSource, UNNAMED_K
 pub struct ExportSource {
     export: Export,
     path: PathBuf,
-    /// Whether the capture launched CUDA graphs (graph executions, or a `...GraphLaunch` call):
-    /// only then is the graph node column, far into each kernel row, read.
-    graphs: bool,
+    /// Whether the small tables hold graph executions: with them, or a `...GraphLaunch` call
+    /// among the strings, the capture launched CUDA graphs, and only then is the graph node
+    /// column, far into each kernel row, read.
+    graph_execs: bool,
     /// What the scans found: the rows' bounds, the longest API call, where the API tables' rows
     /// start.
     found: Mutex<Found>,
@@ -65,14 +66,9 @@ impl ExportSource {
         Ok(Some(ExportSource {
             export,
             path: path.to_owned(),
-            graphs: false,
+            graph_execs: false,
             found: Mutex::default(),
         }))
-    }
-
-    /// The export itself, for what only an export has.
-    pub fn export(&mut self) -> &mut Export {
-        &mut self.export
     }
 }
 
@@ -108,8 +104,7 @@ impl TraceSource for ExportSource {
 
     fn small_tables(&mut self, nvtx: bool, mem_ops: bool) -> Result<Trace> {
         let trace = self.export.trace_without_work(nvtx, mem_ops)?;
-        self.graphs =
-            !trace.graph_execs.is_empty() || self.export.any_string(|s| s.contains("GraphLaunch"));
+        self.graph_execs = !trace.graph_execs.is_empty();
         Ok(trace)
     }
 
@@ -178,7 +173,9 @@ impl TraceSource for ExportSource {
     ) -> Result<Vec<S>> {
         let chunks = self.export.scan_kernels(
             mangled,
-            graph_node && self.graphs,
+            // Asked of the strings only by a scan that wants graph nodes.
+            graph_node
+                && (self.graph_execs || self.export.any_string(|s| s.contains("GraphLaunch"))),
             || (init(), Bounds::default()),
             |(s, bounds), k| {
                 let end = bounds.span(k.start, k.end);
