@@ -7,6 +7,10 @@ tests on captures it did not make itself. Runs on the GPU machine, from the proj
     nsys profile ... --cuda-graph-trace=node ... python3 scripts/reference/torch_captures.py graphs
     # Kineto with a schedule (ProfilerStep#N), written to --out
     python3 scripts/reference/torch_captures.py kineto-schedule --out DIR
+    # Kineto with shapes, FLOPs and modules (record_shapes, with_flops, with_modules)
+    python3 scripts/reference/torch_captures.py kineto-ops --out DIR
+    # PyTorch's own NVTX ranges per operator (emit_nvtx with record_shapes), under nsys
+    nsys profile ... python3 scripts/reference/torch_captures.py emit-nvtx
     # DDP on two GPUs (one export holds both ranks); rank --slow-rank runs extra work per step
     nsys profile ... torchrun --nproc_per_node 2 scripts/reference/torch_captures.py ddp
 
@@ -70,19 +74,20 @@ def graphs(a):
     print("graphs done", flush=True)
 
 
-def kineto_schedule(a):
+def kineto_schedule(a, kind="schedule", **extra):
     from torch.profiler import ProfilerActivity, profile, schedule
 
     model, opt = model_and_opt(a.size, a.ctx, a.layers)
     ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
-    name = f"kineto_schedule_{a.size}_l{a.layers}_ctx{a.ctx}_train_fp32.pt.trace.json"
+    name = f"kineto_{kind}_{a.size}_l{a.layers}_ctx{a.ctx}_train_fp32.pt.trace.json"
     tmp = os.path.join("/tmp", name)
 
     def ready(prof):
         prof.export_chrome_trace(tmp)
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready) as prof:
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,
+                 **extra) as prof:
         for _ in range(5):
             step(model, opt, ids)
             torch.cuda.synchronize()
@@ -90,6 +95,18 @@ def kineto_schedule(a):
     with open(tmp, "rb") as f, gzip.open(os.path.join(a.out, name + ".gz"), "wb") as g:
         shutil.copyfileobj(f, g)
     print(json.dumps({"kineto": name, "bytes": os.path.getsize(tmp)}))
+
+
+def kineto_ops(a):
+    kineto_schedule(a, "ops", record_shapes=True, with_flops=True, with_modules=True)
+
+
+def emit_nvtx(a):
+    model, opt = model_and_opt(a.size, a.ctx, a.layers)
+    ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
+    with torch.autograd.profiler.emit_nvtx(record_shapes=True):
+        measured(model, opt, ids, a.warmup, a.steps)
+    print("emit_nvtx done", flush=True)
 
 
 def ddp(a):
@@ -117,7 +134,7 @@ def ddp(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["graphs", "kineto-schedule", "ddp"])
+    ap.add_argument("what", choices=["graphs", "kineto-schedule", "kineto-ops", "emit-nvtx", "ddp"])
     ap.add_argument("--size", default="small")
     ap.add_argument("--layers", type=int, default=4, help="layers (0: the size's own)")
     ap.add_argument("--ctx", type=int, default=128)
@@ -129,7 +146,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     torch.manual_seed(0)
-    {"graphs": graphs, "kineto-schedule": kineto_schedule, "ddp": ddp}[a.what](a)
+    {"graphs": graphs, "kineto-schedule": kineto_schedule, "kineto-ops": kineto_ops,
+     "emit-nvtx": emit_nvtx, "ddp": ddp}[a.what](a)
 
 
 if __name__ == "__main__":
