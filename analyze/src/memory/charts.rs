@@ -12,7 +12,7 @@ use super::phases::Phase;
 use super::summary::{category_order, Analysis, MemoryReport};
 use crate::error::{Error, Result};
 use crate::render::plot::{
-    file_stem, write_chart, Band, Bar, HLine, ImageFormat, Marker, Series, StackedBars,
+    file_stem, write_chart, Band, Bar, Frame, HLine, ImageFormat, Marker, Series, StackedBars,
     TimelineChart, PALETTE,
 };
 
@@ -206,8 +206,12 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
     subtitle.push_str(&format!(", device {}", r.device));
 
     TimelineChart {
-        title: format!("Memory timeline: {}", r.label),
-        subtitle: Some(subtitle),
+        frame: Frame {
+            title: format!("Memory timeline: {}", r.label),
+            subtitle: Some(subtitle),
+            width: 1280,
+            height: 640,
+        },
         x_label: if has_time {
             "time since recording began (ms)".into()
         } else {
@@ -231,8 +235,6 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
         bands,
         marker,
         hlines,
-        width: 1280,
-        height: 640,
     }
 }
 
@@ -302,15 +304,17 @@ pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
         640
     };
     StackedBars {
-        title,
-        subtitle,
+        frame: Frame {
+            title,
+            subtitle,
+            width: if reports.len() > 1 { 1400 } else { 1000 },
+            height,
+        },
         value_label: format!("allocated at the peak ({unit_name})"),
         bars,
         colors,
         legend,
         value_max: None,
-        width: if reports.len() > 1 { 1400 } else { 1000 },
-        height,
     }
 }
 

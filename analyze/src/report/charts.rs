@@ -14,8 +14,8 @@ use crate::error::Result;
 use crate::kernels::class::KernelClass;
 use crate::profile::PhaseProfile;
 use crate::render::plot::{
-    draw_err, draw_header, grid_style, write_chart, Chart, ImageFormat, StackedBars, TimelineChart,
-    FONT, PALETTE,
+    draw_err, grid_style, write_chart, Chart, Frame, ImageFormat, StackedBars, TimelineChart, FONT,
+    PALETTE,
 };
 
 /// Any chart of the report.
@@ -77,8 +77,12 @@ pub fn class_bars(title: &str, subtitle: &str, bars: &[ClassBar<'_>]) -> Stacked
         .max()
         .unwrap_or(10) as u32;
     StackedBars {
-        title: title.to_owned(),
-        subtitle: Some(subtitle.to_owned()),
+        frame: Frame {
+            title: title.to_owned(),
+            subtitle: Some(subtitle.to_owned()),
+            width: (1000 + longest * 8).min(1600),
+            height: (150 + 44 * bars.len() as u32).max(420),
+        },
         value_label: "% of GPU kernel time".to_owned(),
         bars: bars
             .iter()
@@ -95,8 +99,6 @@ pub fn class_bars(title: &str, subtitle: &str, bars: &[ClassBar<'_>]) -> Stacked
         colors,
         legend: Vec::new(),
         value_max: Some(100.0),
-        width: (1000 + longest * 8).min(1600),
-        height: (150 + 44 * bars.len() as u32).max(420),
     }
 }
 
@@ -104,8 +106,7 @@ pub fn class_bars(title: &str, subtitle: &str, bars: &[ClassBar<'_>]) -> Stacked
 /// value.
 #[derive(Clone, Debug)]
 pub struct LinePlot {
-    pub title: String,
-    pub subtitle: Option<String>,
+    pub frame: Frame,
     pub x_label: String,
     pub y_label: String,
     /// The x categories, in order.
@@ -113,8 +114,6 @@ pub struct LinePlot {
     /// End of the y axis (starts at 0).
     pub y_max: f64,
     pub series: Vec<LineSeries>,
-    pub width: u32,
-    pub height: u32,
 }
 
 /// One line: (index into `x_ticks`, value) points.
@@ -130,13 +129,15 @@ pub struct LineSeries {
 }
 
 impl Chart for LinePlot {
-    fn size(&self) -> (u32, u32) {
-        (self.width, self.height)
+    fn frame(&self) -> &Frame {
+        &self.frame
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        let (w, _) = self.size();
-        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
+    fn draw_body<DB: DrawingBackend>(
+        &self,
+        body: &DrawingArea<DB, Shift>,
+        w: u32,
+    ) -> Result<(), String> {
         let longest = self
             .series
             .iter()
@@ -268,8 +269,12 @@ mod tests {
     #[test]
     fn line_plots_render_with_one_point_series() {
         let chart = LinePlot {
-            title: "GEMM".into(),
-            subtitle: None,
+            frame: Frame {
+                title: "GEMM".into(),
+                subtitle: None,
+                width: 800,
+                height: 500,
+            },
             x_label: "context length".into(),
             y_label: "%".into(),
             x_ticks: vec!["128".into(), "256".into()],
@@ -290,8 +295,6 @@ mod tests {
                     points: vec![(0, 40.0), (1, 45.0)],
                 },
             ],
-            width: 800,
-            height: 500,
         };
         let png = render_png(&chart).unwrap();
         assert_eq!(&png[..4], b"\x89PNG");

@@ -5,7 +5,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{draw_err, draw_header, grid_style, nice_max, Chart, FONT, PALETTE};
+use super::{draw_err, grid_style, nice_max, Chart, Frame, FONT, PALETTE};
 
 /// One stacked bar: named parts.
 #[derive(Clone, Debug)]
@@ -19,8 +19,7 @@ pub struct Bar {
 /// labels stay readable.
 #[derive(Clone, Debug)]
 pub struct StackedBars {
-    pub title: String,
-    pub subtitle: Option<String>,
+    pub frame: Frame,
     /// Axis title of the values.
     pub value_label: String,
     pub bars: Vec<Bar>,
@@ -32,8 +31,6 @@ pub struct StackedBars {
     /// End of the value axis (`None`: a little above the longest bar); `Some(100.0)` for shares
     /// in percent.
     pub value_max: Option<f64>,
-    pub width: u32,
-    pub height: u32,
 }
 
 impl StackedBars {
@@ -71,13 +68,15 @@ impl StackedBars {
 }
 
 impl Chart for StackedBars {
-    fn size(&self) -> (u32, u32) {
-        (self.width, self.height)
+    fn frame(&self) -> &Frame {
+        &self.frame
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        let (w, _) = self.size();
-        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
+    fn draw_body<DB: DrawingBackend>(
+        &self,
+        body: &DrawingArea<DB, Shift>,
+        w: u32,
+    ) -> Result<(), String> {
         let names = self.part_names();
         let used: Vec<bool> = (0..names.len())
             .map(|i| {

@@ -72,11 +72,35 @@ pub const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Something that can draw itself on any plotters backend.
+/// What every chart has around its plot: a title, perhaps a subtitle, and its size in pixels.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub title: String,
+    pub subtitle: Option<String>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Something that can draw itself on any plotters backend: its frame, then its body.
 pub trait Chart {
+    fn frame(&self) -> &Frame;
+    /// Draw the chart in `body`, the area under the title, `width` pixels wide.
+    fn draw_body<DB: DrawingBackend>(
+        &self,
+        body: &DrawingArea<DB, Shift>,
+        width: u32,
+    ) -> Result<(), String>;
+
     /// Width and height in pixels.
-    fn size(&self) -> (u32, u32);
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn size(&self) -> (u32, u32) {
+        (self.frame().width, self.frame().height)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let frame = self.frame();
+        let body = draw_header(root, &frame.title, frame.subtitle.as_deref())?;
+        self.draw_body(&body, frame.width)
+    }
 }
 
 pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> String {
@@ -219,8 +243,12 @@ mod tests {
     #[test]
     fn charts_render_to_png_and_svg() {
         let chart = StackedBars {
-            title: "t".into(),
-            subtitle: None,
+            frame: Frame {
+                title: "t".into(),
+                subtitle: None,
+                width: 400,
+                height: 300,
+            },
             value_label: "GiB".into(),
             bars: vec![Bar {
                 label: "a".into(),
@@ -229,8 +257,6 @@ mod tests {
             colors: Vec::new(),
             legend: Vec::new(),
             value_max: None,
-            width: 400,
-            height: 300,
         };
         let png = render_png(&chart).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

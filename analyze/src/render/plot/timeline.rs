@@ -6,7 +6,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{draw_err, draw_header, grid_style, nice_max, Chart, FONT};
+use super::{draw_err, grid_style, nice_max, Chart, Frame, FONT};
 
 /// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's
 /// minimum and maximum so peaks survive.
@@ -84,16 +84,13 @@ pub struct HLine {
 /// Values over x: filled areas and lines, shaded bands, a marked point, reference lines.
 #[derive(Clone, Debug)]
 pub struct TimelineChart {
-    pub title: String,
-    pub subtitle: Option<String>,
+    pub frame: Frame,
     pub x_label: String,
     pub y_label: String,
     pub series: Vec<Series>,
     pub bands: Vec<Band>,
     pub marker: Option<Marker>,
     pub hlines: Vec<HLine>,
-    pub width: u32,
-    pub height: u32,
 }
 
 /// `c` blended towards white by `amount` (0: unchanged, 1: white), as an opaque colour.
@@ -103,14 +100,15 @@ pub fn lighten(c: RGBColor, amount: f64) -> RGBColor {
 }
 
 impl Chart for TimelineChart {
-    fn size(&self) -> (u32, u32) {
-        (self.width, self.height)
+    fn frame(&self) -> &Frame {
+        &self.frame
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        let (w, _) = self.size();
-        let body = draw_header(root, &self.title, self.subtitle.as_deref())?;
-
+    fn draw_body<DB: DrawingBackend>(
+        &self,
+        body: &DrawingArea<DB, Shift>,
+        w: u32,
+    ) -> Result<(), String> {
         let all = self.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
         for &(x, y) in all {
@@ -126,7 +124,7 @@ impl Chart for TimelineChart {
         }
         let y_top = nice_max(y1);
 
-        let mut chart = ChartBuilder::on(&body)
+        let mut chart = ChartBuilder::on(body)
             .margin_left(16)
             .margin_right(28)
             .margin_bottom(12)

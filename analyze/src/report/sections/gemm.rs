@@ -9,6 +9,7 @@ use crate::kernels::class::KernelClass;
 use crate::memory::summary::RunName;
 use crate::profile::PhaseProfile;
 use crate::render::cells::{ms, pct};
+use crate::render::plot::Frame;
 use crate::render::{Cell, Table};
 
 use super::super::charts::{class_bars, series_color, ChartData, ClassBar, LinePlot, LineSeries};
@@ -271,17 +272,19 @@ fn gemm_chart(traces: &[&TraceRun]) -> Option<LinePlot> {
         })
         .collect();
     Some(LinePlot {
-        title: "GEMM fraction of GPU kernel time".into(),
-        subtitle: Some(
-            "Measured steps; inference = forward-only runs (solid), training = forward + backward + optimizer (dashed); hollow points: reduced precision"
-                .into(),
-        ),
+        frame: Frame {
+            title: "GEMM fraction of GPU kernel time".into(),
+            subtitle: Some(
+                "Measured steps; inference = forward-only runs (solid), training = forward + backward + optimizer (dashed); hollow points: reduced precision"
+                    .into(),
+            ),
+            width: 1100,
+            height: 560,
+        },
         x_label: "context length".into(),
         y_label: "GEMM % of kernel time".into(),
         x_ticks: ctxs.iter().map(u32::to_string).collect(),
         y_max: 100.0,
         series,
-        width: 1100,
-        height: 560,
     })
 }
