@@ -357,35 +357,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::snapshot::{Action, Block, Segment, StackId, TraceEntry};
-
-    fn segment(device: i64, address: u64, size: u64, live: u64) -> Segment {
-        Segment {
-            device,
-            address,
-            total_size: size,
-            stream: 0,
-            kind: SegmentKind::Large,
-            is_expandable: false,
-            stack: StackId::EMPTY,
-            blocks: vec![
-                Block {
-                    address,
-                    size: live,
-                    requested_size: live,
-                    state: BlockState::ActiveAllocated,
-                    stack: StackId::EMPTY,
-                },
-                Block {
-                    address: address + live,
-                    size: size - live,
-                    requested_size: 0,
-                    state: BlockState::Inactive,
-                    stack: StackId::EMPTY,
-                },
-            ],
-        }
-    }
+    use crate::model::snapshot::{Action, Segment, StackId, TraceEntry};
 
     fn alloc_free(addr: u64, size: u64) -> Vec<TraceEntry> {
         [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
@@ -409,8 +381,8 @@ mod tests {
         let mib = 1u64 << 20;
         let snap = Snapshot {
             segments: vec![
-                segment(0, 1 << 32, 20 * mib, 2 * mib),
-                segment(1, 1 << 40, 40 * mib, 2 * mib),
+                Segment::one_live_block(0, 1 << 32, 20 * mib, 2 * mib),
+                Segment::one_live_block(1, 1 << 40, 40 * mib, 2 * mib),
             ],
             traces: vec![
                 alloc_free((1 << 32) + 2 * mib, mib),

@@ -391,7 +391,7 @@ fn counted_size(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::snapshot::{Block, Segment, SegmentKind, TraceEntry};
+    use crate::model::snapshot::{Segment, TraceEntry};
 
     fn entry(action: Action, addr: u64, size: u64) -> TraceEntry {
         TraceEntry {
@@ -431,31 +431,7 @@ mod tests {
         let mib = 1u64 << 20;
         let base = 1u64 << 32;
         let snap = Snapshot {
-            segments: vec![Segment {
-                device: 0,
-                address: base,
-                total_size: 20 * mib,
-                stream: 0,
-                kind: SegmentKind::Large,
-                is_expandable: false,
-                stack: StackId::EMPTY,
-                blocks: vec![
-                    Block {
-                        address: base,
-                        size: 4 * mib,
-                        requested_size: 4 * mib,
-                        state: BlockState::ActiveAllocated,
-                        stack: StackId::EMPTY,
-                    },
-                    Block {
-                        address: base + 4 * mib,
-                        size: 16 * mib,
-                        requested_size: 0,
-                        state: BlockState::Inactive,
-                        stack: StackId::EMPTY,
-                    },
-                ],
-            }],
+            segments: vec![Segment::one_live_block(0, base, 20 * mib, 4 * mib)],
             traces: vec![vec![
                 entry(Action::FreeRequested, base + 4 * mib, mib),
                 entry(Action::FreeCompleted, base + 4 * mib, mib),

@@ -237,6 +237,32 @@ impl Segment {
     fn sum(&self, keep: impl Fn(&Block) -> bool, size: impl Fn(&Block) -> u64) -> u64 {
         self.blocks.iter().filter(|b| keep(b)).map(size).sum()
     }
+
+    /// For tests: a large segment of `size` bytes whose first `live` bytes are one allocated
+    /// block, the rest one inactive block.
+    #[cfg(test)]
+    pub(crate) fn one_live_block(device: i64, address: u64, size: u64, live: u64) -> Segment {
+        let block = |address, size, requested_size, state| Block {
+            address,
+            size,
+            requested_size,
+            state,
+            stack: StackId::EMPTY,
+        };
+        Segment {
+            device,
+            address,
+            total_size: size,
+            stream: 0,
+            kind: SegmentKind::Large,
+            is_expandable: false,
+            stack: StackId::EMPTY,
+            blocks: vec![
+                block(address, live, live, BlockState::ActiveAllocated),
+                block(address + live, size - live, 0, BlockState::Inactive),
+            ],
+        }
+    }
 }
 
 /// What a trace entry records.
