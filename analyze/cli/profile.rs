@@ -63,11 +63,13 @@ pub struct ProfileArgs {
     /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
     #[arg(long, value_name = "FILE")]
     pub classes: Option<PathBuf>,
-    /// Regular expression naming the measured step ranges. Left at its default, PyTorch
-    /// profiler steps (`ProfilerStep#N`) are used when no range is named `step_N`.
+    /// Regular expression naming the measured step ranges, tried ignoring case when it matches
+    /// nothing as written. Left at its default, PyTorch profiler steps (`ProfilerStep#N`) are
+    /// used when no range is named `step_N`.
     #[arg(long, value_name = "REGEX", default_value = DEFAULT_STEPS, value_parser = parse_regex)]
     pub steps: Regex,
-    /// NVTX range names to report as phases, comma-separated.
+    /// NVTX range names to report as phases, comma-separated: matched exactly, else ignoring
+    /// case; a name that matches nothing is noted with the nearest range name.
     #[arg(
         long,
         value_name = "NAMES",

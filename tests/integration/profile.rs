@@ -622,3 +622,36 @@ fn torch_small_ctx128_train_fp32_60steps_profiles_every_step() {
     assert_eq!(p.measured_steps, 60);
     assert_eq!(p.whole_trace.kernels, 136_995);
 }
+
+/// Names typed with another case still find their ranges (exact names win when both exist), and
+/// a name one slip away from a range's is answered with that name.
+#[test]
+fn phases_and_steps_match_any_case_and_near_misses_are_named() {
+    let trace = load(SMALL_TRAIN);
+    let exact = run_profile(trace, Attribution::Process);
+    let opts = ProfileOptions {
+        phases: vec!["Forward".into(), "backwrd".into(), "OPTIMIZER".into()],
+        steps: Regex::new(r"^STEP_\d+$").unwrap(),
+        head_dim: Some(64),
+        ..ProfileOptions::default()
+    };
+    let typed = profile::profile(trace, builtin(), &opts);
+    assert_eq!(typed.measured_steps, exact.measured_steps);
+    assert_eq!(typed.step_pattern, r"(?i)^STEP_\d+$");
+    for (as_typed, name) in [("Forward", "forward"), ("OPTIMIZER", "optimizer")] {
+        let (a, b) = (phase(&typed, as_typed), phase(&exact, name));
+        assert_eq!(
+            (a.ranges, a.kernels, a.kernel_ns, a.wall_ns_per_step),
+            (b.ranges, b.kernels, b.kernel_ns, b.wall_ns_per_step)
+        );
+    }
+    assert!(!typed.phases.iter().any(|p| p.name == "backwrd"));
+    assert!(
+        typed
+            .notes
+            .iter()
+            .any(|n| n == "phase `backwrd`: no NVTX range of that name (did you mean `backward`?)"),
+        "{:?}",
+        typed.notes
+    );
+}

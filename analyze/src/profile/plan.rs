@@ -21,7 +21,7 @@ use crate::stats::attribution::FastMap;
 
 use super::breakdown::{COMMUNICATION, COMPUTE, GRAPH, KINDS, MEMCPY, MEMSET};
 use super::devices::Pair;
-use super::ranges::{find_steps, group_name, is_host_range, select, Selection};
+use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
 use super::summary::{Item, Totals};
 use super::sweep::{Op, PID_BITS};
 use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER_STEPS};
@@ -353,6 +353,18 @@ impl Plan {
     ) -> Plan {
         let mut step_pattern = opts.steps.as_str().to_owned();
         let mut step_names = names_matching(trace, |n| opts.steps.is_match(n));
+        if step_names.is_empty() {
+            // Case is not what tells steps apart: `Step_3` is a step to `^step_\d+$`.
+            let any_case = regex::RegexBuilder::new(&step_pattern)
+                .case_insensitive(true)
+                .build();
+            if let Ok(re) = any_case {
+                step_names = names_matching(trace, |n| re.is_match(n));
+                if !step_names.is_empty() {
+                    step_pattern = format!("(?i){step_pattern}");
+                }
+            }
+        }
         if step_names.is_empty() && step_pattern == DEFAULT_STEPS {
             let profiler = regex::Regex::new(PROFILER_STEPS).expect("valid");
             let found = names_matching(trace, |n| profiler.is_match(n));
@@ -370,10 +382,21 @@ impl Plan {
         let mut phases = Vec::new();
         let mut phase_notes = Vec::new();
         for (i, name) in opts.phases.iter().enumerate() {
-            let ids = names_matching(trace, |n| n == name || group_name(n) == name);
+            let mut ids = names_matching(trace, |n| n == name || group_name(n) == name);
+            if ids.is_empty() {
+                // `Forward` finds `forward` when no range is named exactly as typed.
+                let same = |n: &str| n.eq_ignore_ascii_case(name);
+                ids = names_matching(trace, |n| same(n) || same(group_name(n)));
+            }
             if ids.is_empty() {
                 if !trace.ranges.is_empty() || trace.strings.lookup(name).is_some() {
-                    phase_notes.push((i, format!("phase `{name}`: no NVTX range of that name")));
+                    let guess = closest_name(trace, name)
+                        .map(|n| format!(" (did you mean `{n}`?)"))
+                        .unwrap_or_default();
+                    phase_notes.push((
+                        i,
+                        format!("phase `{name}`: no NVTX range of that name{guess}"),
+                    ));
                 }
                 continue;
             }

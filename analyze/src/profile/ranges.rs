@@ -108,6 +108,49 @@ pub fn group_name(label: &str) -> &str {
         .map_or(label, |i| &label[..i])
 }
 
+/// The host range name (grouped as [`group_name`]) nearest to `wanted` ignoring case, when it is
+/// near enough to be a slip of the keyboard: at most a third of `wanted`'s letters apart (and at
+/// least one). For "did you mean" in the note of a phase that matched nothing.
+pub fn closest_name<'t>(trace: &'t Trace, wanted: &str) -> Option<&'t str> {
+    let wanted: Vec<char> = wanted.to_lowercase().chars().collect();
+    let limit = (wanted.len() / 3).max(1);
+    let mut names: Vec<&str> = trace
+        .ranges
+        .iter()
+        .filter(|r| is_host_range(trace, r))
+        .map(|r| group_name(trace.name(r.name)))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let letters: Vec<char> = name.to_lowercase().chars().collect();
+            let d = edit_distance(&wanted, &letters, limit)?;
+            Some((d, name))
+        })
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein distance of `a` and `b` when it is at most `limit`.
+fn edit_distance(a: &[char], b: &[char], limit: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > limit {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut row = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let swap = prev[j] + usize::from(ca != cb);
+            row[j + 1] = swap.min(prev[j + 1] + 1).min(row[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut row);
+    }
+    Some(prev[b.len()]).filter(|&d| d <= limit)
+}
+
 /// One range instance that counts.
 #[derive(Clone, Debug)]
 pub struct Instance {
