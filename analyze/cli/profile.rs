@@ -33,11 +33,17 @@ Warm-up iterations whose phase ranges lie outside any step range are left out. W
 ranges every phase range counts as one step.\n\n\
 Then where GPU time goes (compute, communication, memcpy, memset, CUDA graphs, idle) per phase, \
 figures per device and process when the trace holds several (the slowest rank named), and the \
-longest idle gaps with the CUDA call the host was in."
+longest idle gaps with the CUDA call the host was in.\n\n\
+Several files, or a folder of them, are one run of one file per rank (per-rank nsys exports or \
+Kineto traces): ranks from the files' own records, else their names (`rank3`, `_3.`), else their \
+order; every rank put on one timeline by the clock origin each file records, checked against the \
+ends of the collectives; a rank table and the straggler over all of them."
 )]
 pub struct Args {
-    /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep), or a Kineto trace.
-    pub file: PathBuf,
+    /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep), or a Kineto trace;
+    /// several, or a folder, for one file per rank of one run.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub profile: ProfileArgs,
     /// Only the GPU work of this device (and the host activity of the processes that ran work
@@ -181,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     opts.process = args.process;
     let classifier = profile::classifier(classes.as_deref())?;
     args.output.check()?;
-    let result = profile::profile_file(&args.file, &classifier, &opts)?;
+    let result = profile::profile_files(&args.files, &classifier, &opts)?;
     let doc = result.document();
     // The tables show a readable kernel name cut at 80 characters; files and the formats for
     // programs get the demangled name whole.

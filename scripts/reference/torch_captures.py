@@ -13,9 +13,14 @@ tests on captures it did not make itself. Runs on the GPU machine, from the proj
     nsys profile ... python3 scripts/reference/torch_captures.py emit-nvtx
     # DDP on two GPUs (one export holds both ranks); rank --slow-rank runs extra work per step
     nsys profile ... torchrun --nproc_per_node 2 scripts/reference/torch_captures.py ddp
+    # The same with one file per rank: nsys around each rank (torchrun --no-python wrap.sh,
+    # wrap.sh running `nsys profile -o run_rank$RANK python3 ... ddp`), or torch.profiler in
+    # each rank writing kineto_ddp_rankN.pt.trace.json.gz into --out
+    torchrun --nproc_per_node 2 scripts/reference/torch_captures.py ddp --kineto
 
 Every variant marks `measurement` > `step_N` > `forward`, `backward`, `optimizer` with NVTX
-(except kineto-schedule, whose steps are the profiler's own `ProfilerStep#N`)."""
+(except kineto-schedule and ddp --kineto, whose steps are the profiler's own `ProfilerStep#N`;
+there the phases are `record_function` ranges)."""
 import argparse
 import gzip
 import json
@@ -23,8 +28,11 @@ import os
 import shutil
 import sys
 
+import contextlib
+
 import torch
 import torch.cuda.nvtx as nvtx
+from torch.profiler import record_function
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model  # noqa: E402
@@ -38,19 +46,27 @@ def model_and_opt(size, ctx, layers):
     return model, opt
 
 
+@contextlib.contextmanager
+def phase(name):
+    """An NVTX range for nsys and a `record_function` range for torch.profiler (free when no
+    profiler runs)."""
+    with nvtx.range(name), record_function(name):
+        yield
+
+
 def step(model, opt, ids, extra=None, graphs=False):
     if graphs:
         # Each step replays the graphs anew; without this the next forward would overwrite
         # outputs the backward still reads.
         torch.compiler.cudagraph_mark_step_begin()
-    with nvtx.range("forward"):
+    with phase("forward"):
         out = model(ids)
-    with nvtx.range("backward"):
+    with phase("backward"):
         if extra is not None:
             extra()
         loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.shape[-1]), ids.view(-1))
         loss.backward()
-    with nvtx.range("optimizer"):
+    with phase("optimizer"):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -126,7 +142,24 @@ def ddp(a):
     # for it inside NCCL's all-reduce.
     cycles = int(a.slow_ms * 1.98e6)
     extra = (lambda: torch.cuda._sleep(cycles)) if rank == a.slow_rank and a.slow_ms > 0 else None
-    measured(model, opt, ids, a.warmup, a.steps, extra)
+    if a.kineto:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        name = f"kineto_ddp{dist.get_world_size()}_{a.size}_l{a.layers}_ctx{a.ctx}_train_fp32"
+        name += f"_slow{a.slow_rank}_{a.slow_ms:g}ms" if a.slow_ms > 0 else "_even"
+        name += f"_rank{rank}.pt.trace.json"
+        tmp = os.path.join("/tmp", name)
+        sched = schedule(wait=0, warmup=a.warmup, active=a.steps, repeat=1)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
+                     on_trace_ready=lambda p: p.export_chrome_trace(tmp)) as prof:
+            for _ in range(a.warmup + a.steps):
+                step(model, opt, ids, extra)
+                torch.cuda.synchronize()
+                prof.step()
+        with open(tmp, "rb") as f, gzip.open(os.path.join(a.out, name + ".gz"), "wb") as g:
+            shutil.copyfileobj(f, g)
+    else:
+        measured(model, opt, ids, a.warmup, a.steps, extra)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank} done", flush=True)
@@ -143,6 +176,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--slow-ms", type=float, default=20.0)
+    ap.add_argument("--kineto", action="store_true",
+                    help="ddp: torch.profiler in each rank instead of NVTX for nsys")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     torch.manual_seed(0)

@@ -43,6 +43,7 @@ mod nsys_stats_golden;
 mod outputs;
 mod profile;
 mod profiler_steps;
+mod ranks;
 mod report;
 mod report_options;
 mod run_collect;

@@ -428,6 +428,16 @@ impl Reader {
             .filter(|c| !self.seen.contains(c))
             .map(|c| c.to_string())
             .collect();
+        let rank = top
+            .get("distributedInfo")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .and_then(|info| info.get("rank").and_then(as_u64))
+            .and_then(|r| u32::try_from(r).ok());
+        let clock_origin_ns = top
+            .get("baseTimeNanoseconds")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .and_then(|v| as_u64(&v))
+            .and_then(|ns| i64::try_from(ns).ok());
         let source = Source {
             path: path.to_owned(),
             format: SourceFormat::Kineto,
@@ -436,6 +446,8 @@ impl Reader {
             metadata,
             run: BTreeMap::new(),
             missing,
+            rank,
+            clock_origin_ns,
         };
         let mut trace = Trace::empty(source);
         trace.gpus = top

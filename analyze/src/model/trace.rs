@@ -140,6 +140,12 @@ pub struct Source {
     pub run: BTreeMap<String, String>,
     /// Tables or sections that the file lacks (e.g. `CUPTI_ACTIVITY_KIND_KERNEL`).
     pub missing: Vec<String>,
+    /// The rank of a distributed job's process that the file holds, as the file records it
+    /// (Kineto's `distributedInfo`, the `RANK` of the environment nsys recorded).
+    pub rank: Option<u32>,
+    /// Unix time (ns) of the file's time zero, where it records one (nsys's session start,
+    /// Kineto's `baseTimeNanoseconds`): what puts files made apart on one timeline.
+    pub clock_origin_ns: Option<i64>,
 }
 
 impl Source {
@@ -153,6 +159,8 @@ impl Source {
             metadata: BTreeMap::new(),
             run: BTreeMap::new(),
             missing: Vec::new(),
+            rank: None,
+            clock_origin_ns: None,
         }
     }
 }

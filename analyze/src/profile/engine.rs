@@ -477,7 +477,11 @@ impl Plan {
         // The waits at collectives: each rank's communication kernels, in the measured steps.
         let waits = straggler::waits(&arrivals(&ops, &step_breakdown));
         let steps_run = super::ranges::steps_per_process(trace, &self.steps);
-        let straggler = waits.straggler(steps_run);
+        let step_ns = (!step_breakdown.is_empty()).then(|| {
+            let spans: i64 = step_breakdown.iter().map(|s| s.breakdown.span_ns).sum();
+            spans as f64 / step_breakdown.len() as f64
+        });
+        let straggler = waits.straggler(steps_run, step_ns);
         if pairs.len() > 1 {
             notes.push(waits.note(straggler.as_ref()));
         }
@@ -556,8 +560,10 @@ impl Plan {
             })
             .collect();
 
-        Ok(Profile {
-            file: trace.source.path.display().to_string(),
+        let file = trace.source.path.display().to_string();
+        let ranks = super::ranks::in_one_file(&devices, &file);
+        let mut profile = Profile {
+            file,
             attribution: opts.attribution,
             step_pattern: self.step_pattern.clone(),
             measured_steps: super::ranges::steps_per_process(trace, &self.steps),
@@ -571,7 +577,11 @@ impl Plan {
             step_breakdown,
             idle_gaps,
             straggler,
-        })
+            ranks,
+            clock_offsets_ns: BTreeMap::new(),
+        };
+        profile.rank_the_straggler();
+        Ok(profile)
     }
 }
 

@@ -26,13 +26,14 @@ pub mod devices;
 mod engine;
 mod plan;
 pub mod ranges;
+pub mod ranks;
 pub mod straggler;
 mod summary;
 mod sweep;
 mod tables;
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use regex::Regex;
 use serde::Serialize;
@@ -218,6 +219,14 @@ pub struct Profile {
     pub idle_gaps: Vec<IdleGap>,
     /// The rank the others wait for at the collectives, when one stands out.
     pub straggler: Option<straggler::Straggler>,
+    /// One row per rank when the trace holds several (processes or devices, in one file or one
+    /// file each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<ranks::RankRow>,
+    /// Per rank, what was added to its file's times to put every rank on one timeline (a run read
+    /// from one file per rank).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub clock_offsets_ns: BTreeMap<u32, i64>,
 }
 
 /// Fail with one clear line when `trace` has nothing a profile can use.
@@ -271,6 +280,39 @@ pub fn profile_file(
             Ok(profile_source(&mut source, small, classifier, opts)?.0)
         }
     }
+}
+
+/// Profile the per-rank files `paths` (folders stand for the traces in them) as one run: merged
+/// on one timeline ([`crate::source::many`]), with a rank table and each rank's clock offset.
+/// One path that is a file is profiled as [`profile_file`] does.
+pub fn profile_files(
+    paths: &[PathBuf],
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+) -> Result<Profile> {
+    let files = crate::source::many::expand(paths)?;
+    if let [one] = &files[..] {
+        return profile_file(one, classifier, opts);
+    }
+    let run = crate::source::many::load_run(&files, classifier)?;
+    let mut source = LoadedSource::new(&run.trace);
+    let small = source.small_tables(true, true)?;
+    let mut p = profile_source(&mut source, small, classifier, opts)?.0;
+    p.ranks = ranks::of_files(&p.devices, &run.files);
+    p.clock_offsets_ns = run.files.iter().map(|f| (f.rank, f.offset_ns)).collect();
+    p.rank_the_straggler();
+    let from = match run.files[0].rank_from {
+        crate::source::many::RankFrom::Metadata => "the files' own records",
+        crate::source::many::RankFrom::FileName => "the file names",
+        crate::source::many::RankFrom::Order => "the order of the file names",
+    };
+    p.notes.push(format!(
+        "{} files read as one run, one rank each: ranks from {from}; clocks aligned to rank {}'s",
+        run.files.len(),
+        run.files[0].rank
+    ));
+    p.notes.extend(run.notes);
+    Ok(p)
 }
 
 /// Profile `source`, whose small tables (ranges, memory operations, graph executions, metadata)

@@ -12,15 +12,24 @@
 //! ran different numbers of them only the first of each, as many as the fewest, are matched,
 //! and a note says so. A rank stands out only when it causes more than half of all the waiting
 //! and at least twice as much as any other rank: ranks that take turns being last, as noise
-//! makes them, name none.
+//! makes them, name none; and, in a trace with measured steps, only when that waiting is at
+//! least [`MIN_STEP_SHARE`] of a step: a rank a fraction of a millisecond late at every
+//! collective of a 40 ms step is not what holds the run back.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+/// The least share of a measured step (its mean span on a device) the waiting a rank causes per
+/// step must reach for the rank to stand out.
+pub const MIN_STEP_SHARE: f64 = 0.05;
+
 /// The rank the others wait for.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Straggler {
+    /// Its rank, where the profile has a rank table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     pub device: u32,
     pub process: u32,
     /// The others' waiting it causes, summed over the collectives matched.
@@ -74,8 +83,9 @@ pub(super) fn waits(arrivals: &BTreeMap<(u32, u32), Vec<i64>>) -> Waits {
 }
 
 impl Waits {
-    /// The rank that stands out as the one the others wait for, if any.
-    pub(super) fn straggler(&self, steps: usize) -> Option<Straggler> {
+    /// The rank that stands out as the one the others wait for, if any, over `steps` measured
+    /// steps whose mean span on a device is `step_ns`.
+    pub(super) fn straggler(&self, steps: usize, step_ns: Option<f64>) -> Option<Straggler> {
         let total: i64 = self.ranks.values().map(|r| r.1).sum();
         let (&(device, process), &(_, caused)) = self.ranks.iter().max_by_key(|r| r.1 .1)?;
         let next = self
@@ -85,12 +95,19 @@ impl Waits {
             .map(|r| r.1 .1)
             .max()
             .unwrap_or(0);
-        let stands_out = caused > 0 && caused * 2 > total && caused >= next.saturating_mul(2);
-        stands_out.then(|| Straggler {
+        let per_step = (steps > 0).then(|| caused as f64 / steps as f64);
+        let matters = match (per_step, step_ns) {
+            (Some(p), Some(s)) => p >= MIN_STEP_SHARE * s,
+            _ => true,
+        };
+        let stands_out =
+            caused > 0 && caused * 2 > total && caused >= next.saturating_mul(2) && matters;
+        stands_out.then_some(Straggler {
+            rank: None,
             device,
             process,
             wait_caused_ns: caused,
-            wait_caused_ns_per_step: (steps > 0).then(|| caused as f64 / steps as f64),
+            wait_caused_ns_per_step: per_step,
         })
     }
 
@@ -118,7 +135,7 @@ impl Waits {
                 }
             ),
             None => format!(
-                "no rank stands out as the one the others wait for: none causes more than half of the waiting at the collectives and twice any other's ({matched})"
+                "no rank stands out as the one the others wait for: none causes more than half of the waiting at the collectives, twice any other's and a twentieth of a step ({matched})"
             ),
         }
     }
@@ -148,16 +165,18 @@ mod tests {
         assert_eq!(w.ranks[&(0, 100)], (30, 0));
         assert_eq!(w.ranks[&(1, 101)], (0, 55));
         assert_eq!(w.ranks[&(2, 102)], (25, 0));
-        let s = w.straggler(3).unwrap();
+        let s = w.straggler(3, Some(100.0)).unwrap();
         assert_eq!((s.device, s.process, s.wait_caused_ns), (1, 101, 55));
         assert_eq!(s.wait_caused_ns_per_step, Some(55.0 / 3.0));
+        // The same lateness in steps twenty times longer than a twentieth of the waiting: none.
+        assert!(w.straggler(3, Some(20.0 * 55.0 / 3.0 + 1.0)).is_none());
     }
 
     #[test]
     fn ranks_taking_turns_name_none_and_no_collectives_say_so() {
         let w = waits(&arrivals(&[&[0, 105, 200, 305], &[5, 100, 205, 300]]));
         assert_eq!(w.ranks[&(0, 100)], (10, 10));
-        assert!(w.straggler(4).is_none());
+        assert!(w.straggler(4, None).is_none());
         assert!(w.note(None).starts_with("no rank stands out"));
         let none = waits(&arrivals(&[&[], &[]]));
         assert_eq!(none.collectives, 0);

@@ -226,9 +226,59 @@ impl Profile {
         if self.devices.len() > 1 {
             sections.push(self.devices_section());
         }
+        if !self.clock_offsets_ns.is_empty() {
+            sections.push(self.ranks_section());
+        }
         Document {
             sections,
             json: serde_json::to_value(self).ok(),
+        }
+    }
+
+    /// One row per rank of a run read from one file per rank: its file, per-step figures, waits
+    /// and the offset that put its file on the run's timeline.
+    fn ranks_section(&self) -> Section {
+        let mut t = Table::new([
+            "Rank",
+            "File",
+            "Device",
+            "Process",
+            "Steps",
+            "Step (ms)",
+            "Compute/step (ms)",
+            "Exposed comm/step (ms)",
+            "Idle/step (ms)",
+            "Kernel total (ms)",
+            "Waited (ms)",
+            "Wait caused (ms)",
+            "Clock offset (ms)",
+        ]);
+        for r in &self.ranks {
+            t.push(vec![
+                Cell::Int(i64::from(r.rank)),
+                Cell::text(&r.source),
+                Cell::Int(i64::from(r.device)),
+                Cell::Int(i64::from(r.process)),
+                Cell::Int(r.steps as i64),
+                opt_ms(r.step_ns),
+                opt_ms(r.compute_ns),
+                opt_ms(r.exposed_communication_ns),
+                opt_ms(r.idle_ns),
+                ms(r.kernel_ns as f64),
+                ms(r.waited_ns as f64),
+                ms(r.wait_caused_ns as f64),
+                ms(r.clock_offset_ns as f64),
+            ]);
+        }
+        let from = match self.ranks.first().map(|r| r.rank_from) {
+            Some(crate::source::many::RankFrom::Metadata) => "the files' own records",
+            Some(crate::source::many::RankFrom::FileName) => "the file names",
+            _ => "the order of the file names",
+        };
+        Section {
+            title: Some("Per rank".into()),
+            table: t,
+            notes: vec![format!("Ranks from {from}. Clock offset: added to the file's times to put it on the lowest rank's timeline (each file's recorded clock origin, checked against the ends of the collectives).")],
         }
     }
 

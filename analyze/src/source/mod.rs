@@ -17,6 +17,7 @@
 
 pub mod export;
 pub mod loaded;
+pub mod many;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -36,6 +36,9 @@ pub mod table {
     pub const TARGET_INFO_CUDA_DEVICE: &str = "TARGET_INFO_CUDA_DEVICE";
     pub const TARGET_INFO_CUDA_STREAM: &str = "TARGET_INFO_CUDA_STREAM";
     pub const TARGET_INFO_SESSION_START_TIME: &str = "TARGET_INFO_SESSION_START_TIME";
+    /// The environment of the profiled program, `;`-separated `KEY=value` in the `value` of the
+    /// row named `DeviceEnvironment`.
+    pub const TARGET_INFO_SYSTEM_ENV: &str = "TARGET_INFO_SYSTEM_ENV";
     pub const PROCESSES: &str = "PROCESSES";
     pub const THREAD_NAMES: &str = "ThreadNames";
     pub const ANALYSIS_DETAILS: &str = "ANALYSIS_DETAILS";

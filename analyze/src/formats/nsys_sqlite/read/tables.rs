@@ -83,11 +83,55 @@ struct RawNvtx {
     domain: i64,
 }
 
+/// Where a capture stands among others: its session's start as Unix time, and the rank the
+/// profiled program was given (`RANK` in the environment nsys recorded: torchrun's and most
+/// launchers' variable), where the export has them.
+#[derive(Default)]
+struct Origin {
+    clock_ns: Option<i64>,
+    rank: Option<u32>,
+}
+
+impl Origin {
+    fn read(conn: &Connection, schema: &Schema) -> rusqlite::Result<Origin> {
+        let mut origin = Origin::default();
+        if schema.has(TARGET_INFO_SESSION_START_TIME) {
+            let sql = format!("SELECT {UTC_EPOCH_NS} FROM {TARGET_INFO_SESSION_START_TIME}");
+            let mut stmt = conn.prepare(&sql)?;
+            let mut rows = stmt.query([])?;
+            if let Some(r) = rows.next()? {
+                origin.clock_ns = r.get::<_, Option<i64>>(0).ok().flatten();
+            }
+        }
+        if schema.has(TARGET_INFO_SYSTEM_ENV) {
+            let sql = format!(
+                "SELECT {VALUE} FROM {TARGET_INFO_SYSTEM_ENV} WHERE {NAME} = 'DeviceEnvironment'"
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let Ok(Some(env)) = r.get::<_, Option<String>>(0) else {
+                    continue;
+                };
+                origin.rank = env
+                    .split(';')
+                    .find_map(|kv| kv.strip_prefix("RANK="))
+                    .and_then(|v| v.trim().parse().ok());
+                if origin.rank.is_some() {
+                    break;
+                }
+            }
+        }
+        Ok(origin)
+    }
+}
+
 /// Everything but the kernels; API calls already resolved against the string table.
 pub(super) struct RawRest {
     names: Names,
     metadata: BTreeMap<String, String>,
     run: BTreeMap<String, String>,
+    origin: Origin,
     api: Vec<ApiCall>,
     nvtx: Vec<RawNvtx>,
     mem_ops: Vec<MemOp>,
@@ -113,6 +157,7 @@ impl RawRest {
             names,
             metadata,
             run,
+            origin: Origin::read(conn, schema)?,
             api,
             nvtx: if nvtx {
                 read_nvtx(conn, schema)?
@@ -308,6 +353,8 @@ pub(super) fn build_keeping_names(
         metadata,
         run: rest.run,
         missing,
+        rank: rest.origin.rank,
+        clock_origin_ns: rest.origin.clock_ns,
     };
     let mut trace = Trace::empty(source);
     let mut names = rest.names;
