@@ -41,14 +41,24 @@ __device__ __forceinline__ RopePos<TS> rope_pos(I idx, J per_head, int Tn, int H
 
 // cs holds cos and sin for (position t, pair i) at cs[2*(t*dh/2 + i)] and the next element.
 // RoPE rotates interleaved pairs (x[2i], x[2i+1]) by t * theta^(-2i/dh).
-template <typename T>
-__device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+//
+// f(p, c, s, D) for every pair of a RoPE pass, one thread per pair in token-major order (64-bit
+// index): p its position, c and s the cos and sin of its angle, D = H * dh.
+template <typename F>
+__device__ __forceinline__ void for_each_rope_pair(const float* cs, int B, int Tn, int H, int dh, const F& f) {
     int half = dh / 2;
     i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
         const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
-        const i64 src = p.qkv, dst = p.head;
         float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
+        f(p, c, s, D);
+    }
+}
+
+template <typename T>
+__device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+    for_each_rope_pair(cs, B, Tn, H, dh, [&](const RopePos<int>& p, float c, float s, i64 D) {
+        const i64 src = p.qkv, dst = p.head;
         float x1 = ld(qkv, src), x2 = ld(qkv, src + 1);
         st(q, dst, x1 * c - x2 * s);
         st(q, dst + 1, x1 * s + x2 * c);
@@ -58,19 +68,15 @@ __device__ void rope_fwd_body(const T* qkv, const float* cs, T* q, T* k, T* v, i
         st(k, dst + 1, x1 * s + x2 * c);
         v[dst] = qkv[src + 2 * D];
         v[dst + 1] = qkv[src + 2 * D + 1];
-    }
+    });
 }
 
 // The transpose: the rotation by -angle, scattered back into the [B*T, 3D] gradient of the QKV
 // projection.
 template <typename T>
 __device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) {
-    int half = dh / 2;
-    i64 n = (i64)B * Tn * H * half, D = (i64)H * dh;
-    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        const RopePos<int> p = rope_pos<2, i64, int>(idx, half, Tn, H, dh, D);
+    for_each_rope_pair(cs, B, Tn, H, dh, [&](const RopePos<int>& p, float c, float s, i64 D) {
         const i64 src = p.head, dst = p.qkv;
-        float c = cs[2 * ((i64)p.t * half + p.e)], s = cs[2 * ((i64)p.t * half + p.e) + 1];
         float g1 = ld(dq, src), g2 = ld(dq, src + 1);
         st(dqkv, dst, g1 * c + g2 * s);
         st(dqkv, dst + 1, g2 * c - g1 * s);
@@ -80,7 +86,7 @@ __device__ void rope_bwd_body(const T* dq, const T* dk, const T* dv, const float
         st(dqkv, dst + D + 1, g2 * c - g1 * s);
         dqkv[dst + 2 * D] = dv[src];
         dqkv[dst + 2 * D + 1] = dv[src + 1];
-    }
+    });
 }
 
 // In place over rows of scores already scaled by 1/sqrt(dh): row r is query position r % Tn,
@@ -116,26 +122,20 @@ __device__ void softmax_causal_bwd_body(const T* p, T* dp, int Tn, i64 rows) {
     for (int j = lane; j < Tn; j += 32) st(g, j, j < n ? ld(pr, j) * (ld(g, j) - dot) : 0.0f);
 }
 
-// [B, H, T, dh] -> [B, T, H*dh] and back.
-template <typename T>
-__device__ void heads_to_tokens_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
+// [B, H, T, dh] -> [B, T, H*dh] (TO_TOKENS) and back, an element per thread, indexed in
+// token-major order.
+template <bool TO_TOKENS, typename T>
+__device__ void move_heads_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     i64 n = (i64)B * Tn * H * dh;
     for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
         i64 b;
         int t, h, e;
         split_head_index(idx, dh, H, Tn, b, t, h, e);
-        dst[idx] = src[((b * H + h) * Tn + t) * dh + e];
-    }
-}
-
-template <typename T>
-__device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
-    i64 n = (i64)B * Tn * H * dh;
-    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < n; idx += (i64)gridDim.x * blockDim.x) {
-        i64 b;
-        int t, h, e;
-        split_head_index(idx, dh, H, Tn, b, t, h, e);
-        dst[((b * H + h) * Tn + t) * dh + e] = src[idx];
+        const i64 head = ((b * H + h) * Tn + t) * dh + e;
+        if constexpr (TO_TOKENS)
+            dst[idx] = src[head];
+        else
+            dst[head] = src[idx];
     }
 }
 
@@ -147,9 +147,9 @@ __device__ void tokens_to_heads_body(const T* src, T* dst, int B, int Tn, int H,
     extern "C" __global__ void softmax_causal_fwd_##S(T* s, int Tn, i64 rows) { softmax_causal_fwd_body<T>(s, Tn, rows); } \
     extern "C" __global__ void softmax_causal_bwd_##S(const T* p, T* dp, int Tn, i64 rows) { softmax_causal_bwd_body<T>(p, dp, Tn, rows); } \
     extern "C" __global__ void heads_to_tokens_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
-        heads_to_tokens_body<T>(src, dst, B, Tn, H, dh); } \
+        move_heads_body<true, T>(src, dst, B, Tn, H, dh); } \
     extern "C" __global__ void tokens_to_heads_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
-        tokens_to_heads_body<T>(src, dst, B, Tn, H, dh); }
+        move_heads_body<false, T>(src, dst, B, Tn, H, dh); }
 FOR_ACT_TYPES(ATTENTION_KERNELS)
 
 // The same RoPE and head moves, 16 bytes per thread (8 bf16 or 4 fp32 elements of one head):
@@ -185,47 +185,58 @@ __device__ __forceinline__ void rope_rotate(const float (&x)[N], const float (&r
     }
 }
 
+// The 16-byte vector at src, its pairs rotated by the angles whose cos and sin r holds
+// (rope_rotate), stored at dst.
+template <bool INVERSE, typename T, int N>
+__device__ __forceinline__ void rope_vec16(const T* src, T* dst, const float (&r)[N]) {
+    float x[N], y[N];
+    load_vec16(src, x);
+    rope_rotate<INVERSE>(x, r, y);
+    store_vec16(dst, y);
+}
+
+// 16 bytes from src to dst (both 16-byte aligned), as they are.
 template <typename T>
-__device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+__device__ __forceinline__ void copy_vec16(T* dst, const T* src) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
+
+// f(p, r, D) for every 16-byte vector of a RoPE pass, one thread per vector in token-major order
+// (32-bit index): p its position, r the cos and sin of its pairs, D = H * dh.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_rope_vec(const float* cs, int B, int Tn, int H, int dh, const F& f) {
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
     i64 D = (i64)H * dh;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
         const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
-        float x[N], y[N], r[N];
+        float r[N];
         load_cos_sin<N>(cs, p.t, half, p.e * N, r);
-        load_vec16(qkv + p.qkv, x);
-        rope_rotate<false>(x, r, y);
-        store_vec16(q + p.head, y);
-        load_vec16(qkv + p.qkv + D, x);
-        rope_rotate<false>(x, r, y);
-        store_vec16(k + p.head, y);
-        *reinterpret_cast<uint4*>(v + p.head) = *reinterpret_cast<const uint4*>(qkv + p.qkv + 2 * D);
+        f(p, r, D);
     }
+}
+
+template <typename T>
+__device__ void rope_fwd_vec_body(const T* qkv, const float* cs, T* q, T* k, T* v, int B, int Tn, int H, int dh) {
+    for_each_rope_vec<T>(cs, B, Tn, H, dh, [&](const RopePos<unsigned>& p, const float (&r)[Vec16<T>::N], i64 D) {
+        rope_vec16<false>(qkv + p.qkv, q + p.head, r);
+        rope_vec16<false>(qkv + p.qkv + D, k + p.head, r);
+        copy_vec16(v + p.head, qkv + p.qkv + 2 * D);
+    });
 }
 
 template <typename T>
 __device__ void rope_bwd_vec_body(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) {
-    constexpr int N = Vec16<T>::N;
-    unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv, half = dh / 2;
-    i64 D = (i64)H * dh;
-    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        const RopePos<unsigned> p = rope_pos<N, unsigned, unsigned>(idx, nv, Tn, H, dh, D);
-        float g[N], y[N], r[N];
-        load_cos_sin<N>(cs, p.t, half, p.e * N, r);
-        load_vec16(dq + p.head, g);
-        rope_rotate<true>(g, r, y);
-        store_vec16(dqkv + p.qkv, y);
-        load_vec16(dk + p.head, g);
-        rope_rotate<true>(g, r, y);
-        store_vec16(dqkv + p.qkv + D, y);
-        *reinterpret_cast<uint4*>(dqkv + p.qkv + 2 * D) = *reinterpret_cast<const uint4*>(dv + p.head);
-    }
+    for_each_rope_vec<T>(cs, B, Tn, H, dh, [&](const RopePos<unsigned>& p, const float (&r)[Vec16<T>::N], i64 D) {
+        rope_vec16<true>(dq + p.head, dqkv + p.qkv, r);
+        rope_vec16<true>(dk + p.head, dqkv + p.qkv + D, r);
+        copy_vec16(dqkv + p.qkv + 2 * D, dv + p.head);
+    });
 }
 
 // [B, H, T, dh] <-> [B, T, H*dh], a 16-byte vector per thread, indexed in token-major order.
-template <typename T>
-__device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, int dh, bool to_tokens) {
+template <bool TO_TOKENS, typename T>
+__device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, int dh) {
     constexpr int N = Vec16<T>::N;
     unsigned nv = dh / N, n = (unsigned)B * Tn * H * nv;
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
@@ -234,10 +245,10 @@ __device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, 
         e0 *= N;
         i64 tok = (i64)idx * N;
         i64 head = (((i64)b * H + h) * Tn + t) * dh + e0;
-        if (to_tokens)
-            *reinterpret_cast<uint4*>(dst + tok) = *reinterpret_cast<const uint4*>(src + head);
+        if constexpr (TO_TOKENS)
+            copy_vec16(dst + tok, src + head);
         else
-            *reinterpret_cast<uint4*>(dst + head) = *reinterpret_cast<const uint4*>(src + tok);
+            copy_vec16(dst + head, src + tok);
     }
 }
 
@@ -247,7 +258,7 @@ __device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, 
     extern "C" __global__ void rope_bwd_vec_##S(const T* dq, const T* dk, const T* dv, const float* cs, T* dqkv, int B, int Tn, int H, int dh) { \
         rope_bwd_vec_body<T>(dq, dk, dv, cs, dqkv, B, Tn, H, dh); } \
     extern "C" __global__ void heads_to_tokens_vec_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
-        move_heads_vec_body<T>(src, dst, B, Tn, H, dh, true); } \
+        move_heads_vec_body<true, T>(src, dst, B, Tn, H, dh); } \
     extern "C" __global__ void tokens_to_heads_vec_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
-        move_heads_vec_body<T>(src, dst, B, Tn, H, dh, false); }
+        move_heads_vec_body<false, T>(src, dst, B, Tn, H, dh); }
 FOR_ACT_TYPES(ATTENTION_VEC_KERNELS)

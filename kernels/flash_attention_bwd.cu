@@ -129,18 +129,12 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
     constexpr unsigned KV_BYTES = Tile<D>::template Bytes<BC>::value, QT_BYTES = Tile<D>::template Bytes<BR>::value,
                        DS_BYTES = Tile<BR>::template Bytes<BC>::value;
 
-    const int n_kt = (seq + BC - 1) / BC;
-    const int kt = blockIdx.y;  // causal: low tiles have the most work and go first
-    if (kt >= n_kt) return;
+    if (past_last_key_tile(seq, BC)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.x;
-    const int k0 = kt * BC;
-    const i64 head = (i64)bh * seq * D;
-    const bf16_t* qh = q + head;
-    const bf16_t* doh = dout + head;
-    const float* lh = lse + (i64)bh * seq;
-    const float* dh = delta + (i64)bh * seq;
+    const int k0 = (int)blockIdx.y * BC;  // causal: low tiles have the most work and go first
+    const i64 head = head_row(seq) * D;
+    const BwdQuery qin = {q + head, dout + head, lse + head_row(seq), delta + head_row(seq)};
 
     const unsigned sK = smem_addr(flash_smem);
     const unsigned sV = sK + KV_BYTES;
@@ -153,13 +147,10 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
     const float* Delf = reinterpret_cast<const float*>(flash_smem + (sDel - sK));
 
     const int n_q = (seq + BR - 1) / BR;
-    const int i_start = causal ? k0 / BR : 0;
+    const int i_start = first_query_tile(k0, BR, causal);
 
-    load_tile_padded<D, BC, NT>(sK, k + head, k0, seq, tid);
-    load_tile_padded<D, BC, NT>(sV, v + head, k0, seq, tid);
-    load_tile_padded<D, BR, NT>(sQ, qh, i_start * BR, seq, tid);
-    load_tile_padded<D, BR, NT>(sdO, doh, i_start * BR, seq, tid);
-    load_rows<BR, NT>(sL, sDel, lh, dh, i_start * BR, seq, tid);
+    load_kv_tile<PADDED, D, BC, NT>(sK, sV, k + head, v + head, k0, seq, tid);
+    load_query_tile<PADDED, D, BR, NT>(sQ, sdO, sL, sDel, qin, i_start * BR, seq, tid);
     cp_async_commit();
 
     const int wrow = warp * WK, wk0 = k0 + wrow;  // this warp's first key (in the tile, absolute)
@@ -169,21 +160,16 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
     const unsigned ds_lane = toff<BR>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     const float sl2 = scale * LOG2E;
     float dk_acc[MK][ND][4], dv_acc[MK][ND][4];
-#pragma unroll
-    for (int mk = 0; mk < MK; ++mk)
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dk_acc[mk][nd][e] = dv_acc[mk][nd][e] = 0.0f;
+    zero_frags(dk_acc);
+    zero_frags(dv_acc);
     unsigned kf[KVREG ? MK : 1][KVREG ? KD : 1][4], vf[KVREG ? MK : 1][KVREG ? KD : 1][4];
 
     for (int i = i_start; i < n_q; ++i) {
         const unsigned buf = (i - i_start) & 1;
         if (i + 1 < n_q) {
             const unsigned nb = buf ^ 1;
-            load_tile_padded<D, BR, NT>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
-            load_tile_padded<D, BR, NT>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
-            load_rows<BR, NT>(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
+            load_query_tile<PADDED, D, BR, NT>(sQ + nb * QT_BYTES, sdO + nb * QT_BYTES, sL + nb * BR * 4,
+                                               sDel + nb * BR * 4, qin, (i + 1) * BR, seq, tid);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -209,15 +195,10 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
         if (active) {
             // S^T = K_w Q^T and dP^T = V_w dO^T: [WK keys, BR queries]
             float s[MK][NQ8][4], dp[MK][NQ8][4];
-#pragma unroll
-            for (int mk = 0; mk < MK; ++mk)
-#pragma unroll
-                for (int n = 0; n < NQ8; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mk][n][e] = dp[mk][n][e] = 0.0f;
-            // k-steps over D: unrolled with K/V fragments in registers, a loop otherwise (keeps ptxas
-            // from hoisting every step's loads: no spills at d 128)
-            auto sdp_step = [&](int kk) {
+            zero_frags(s);
+            zero_frags(dp);
+            // k-steps over D: unrolled with K/V fragments in registers, a loop otherwise
+            k_steps<KD, KVREG>([&](int kk) {
                 unsigned ka[MK][4], va[MK][4];
 #pragma unroll
                 for (int mk = 0; mk < MK; ++mk) {
@@ -235,20 +216,10 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
 #pragma unroll
                 for (int np = 0; np < NQ8 / 2; ++np) {
                     const unsigned off = b_lane + toff<D>(np * 16, kk * 2);
-                    unsigned b[4];
-                    ldmatrix_x4(b, sQb + off);
-                    mma_bf16_16816_x2_m(s, np, ka, b);
-                    ldmatrix_x4(b, sdOb + off);
-                    mma_bf16_16816_x2_m(dp, np, va, b);
+                    mma_bf16_16816_x2_m_ld<false>(s, np, ka, sQb + off);
+                    mma_bf16_16816_x2_m_ld<false>(dp, np, va, sdOb + off);
                 }
-            };
-            if constexpr (KVREG) {
-#pragma unroll
-                for (int kk = 0; kk < KD; ++kk) sdp_step(kk);
-            } else {
-#pragma unroll 1
-                for (int kk = 0; kk < KD; ++kk) sdp_step(kk);
-            }
+            });
             // P^T = exp2(S^T * scale*log2e - L*log2e); dS^T = scale * P^T * (dP^T - Delta)
             const bool need_mask = q0 + BR > seq || wk0 + WK > seq || (causal && wk0 + WK - 1 > q0);
 #pragma unroll
@@ -288,11 +259,8 @@ __device__ __forceinline__ void bwd_bf16(const bf16_t* __restrict__ q, const bf1
 #pragma unroll
                 for (int np = 0; np < ND / 2; ++np) {
                     const unsigned off = a_lane + toff<D>(kq * 16, np * 2);
-                    unsigned b[4];
-                    ldmatrix_x4_trans(b, sdOb + off);
-                    mma_bf16_16816_x2_m(dv_acc, np, pa, b);
-                    ldmatrix_x4_trans(b, sQb + off);
-                    mma_bf16_16816_x2_m(dk_acc, np, da, b);
+                    mma_bf16_16816_x2_m_ld<true>(dv_acc, np, pa, sdOb + off);
+                    mma_bf16_16816_x2_m_ld<true>(dk_acc, np, da, sQb + off);
                 }
             }
         }
@@ -383,15 +351,13 @@ __device__ __forceinline__ void bwd_f32(const float* __restrict__ q, const float
     float* Ls = dSs + B * PLD;
     float* Ds = Ls + B;
 
-    const int n_kt = (seq + B - 1) / B;
-    const int kt = blockIdx.y;
-    if (kt >= n_kt) return;
+    if (past_last_key_tile(seq, B)) return;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int bh = blockIdx.x, k0 = kt * B;
-    const i64 head = (i64)bh * seq * D;
+    const int k0 = (int)blockIdx.y * B;
+    const i64 head = head_row(seq) * D;
     const float sl2 = scale * LOG2E;
     const int n_q = (seq + B - 1) / B;
-    const int i_start = causal ? k0 / B : 0;
+    const int i_start = first_query_tile(k0, B, causal);
 
     load_tile_f32<D>(Ks, k + head, k0, seq, tid);
     load_tile_f32<D>(Vs, v + head, k0, seq, tid);
@@ -408,8 +374,8 @@ __device__ __forceinline__ void bwd_f32(const float* __restrict__ q, const float
         load_tile_f32<D>(dOs, dout + head, q0, seq, tid);
         if (tid < B) {
             const int r = q0 + tid;
-            Ls[tid] = r < seq ? lse[(i64)bh * seq + r] : 0.0f;
-            Ds[tid] = r < seq ? delta[(i64)bh * seq + r] : 0.0f;
+            Ls[tid] = r < seq ? lse[head_row(seq) + r] : 0.0f;
+            Ds[tid] = r < seq ? delta[head_row(seq) + r] : 0.0f;
         }
         __syncthreads();
         float s[4][4], dp[4][4];
@@ -476,18 +442,7 @@ __device__ __forceinline__ void bwd_f32(const float* __restrict__ q, const float
             for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int kk = 0; kk < DK; ++kk) dq[i][kk] = 0.0f;
-            const int c_end = imin(B, seq - k0);
-            for (int c = 0; c < c_end; ++c) {
-                float kv[DK];
-#pragma unroll
-                for (int kk = 0; kk < DK; ++kk) kv[kk] = Ks[c * LD + tx + 16 * kk];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float ds = dSs[(ty * 4 + i) * PLD + c];
-#pragma unroll
-                    for (int kk = 0; kk < DK; ++kk) dq[i][kk] = fmaf(ds, kv[kk], dq[i][kk]);
-                }
-            }
+            f32_tile_product<D, PLD>(dq, dSs, Ks, imin(B, seq - k0), tx, ty);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int row = q0 + ty * 4 + i;

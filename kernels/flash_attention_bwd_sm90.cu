@@ -87,19 +87,13 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     constexpr int SN = BR / 2, ON = D / 2, QN = D / 2;       // S^T / dP^T floats, dK / dV floats, dQ columns
     constexpr int QF = QN / 2;                               // dQ floats per thread
 
-    const int n_kt = (seq + BC - 1) / BC;
-    const int kt = blockIdx.y;  // causal: low key tiles have the most work and go first
-    if (kt >= n_kt) return;
+    if (past_last_key_tile(seq, BC)) return;
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.x;
-    const int k0 = kt * BC;
-    const i64 head = (i64)bh * seq * D;
-    const bf16_t* qh = q + head;
-    const bf16_t* doh = dout + head;
-    const float* lh = lse + (i64)bh * seq;
-    const float* dh = delta + (i64)bh * seq;
+    const int k0 = (int)blockIdx.y * BC;  // causal: low key tiles have the most work and go first
+    const i64 head = head_row(seq) * D;
+    const BwdQuery qin = {q + head, dout + head, lse + head_row(seq), delta + head_row(seq)};
 
     const unsigned base = (smem_addr(flash_smem) + 1023u) & ~1023u;
     const unsigned sK = base;
@@ -114,13 +108,10 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     const float* Delf = reinterpret_cast<const float*>(flash_smem + (sDel - smem_addr(flash_smem)));
 
     const int n_q = (seq + BR - 1) / BR;
-    const int i_start = causal ? k0 / BR : 0;
+    const int i_start = first_query_tile(k0, BR, causal);
 
-    load_tile_swizzled<D, BC, NT>(sK, k + head, k0, seq, tid);
-    load_tile_swizzled<D, BC, NT>(sV, v + head, k0, seq, tid);
-    load_tile_swizzled<D, BR, NT>(sQ, qh, i_start * BR, seq, tid);
-    load_tile_swizzled<D, BR, NT>(sdO, doh, i_start * BR, seq, tid);
-    load_rows<BR, NT>(sL, sDel, lh, dh, i_start * BR, seq, tid);
+    load_kv_tile<SWIZZLED, D, BC, NT>(sK, sV, k + head, v + head, k0, seq, tid);
+    load_query_tile<SWIZZLED, D, BR, NT>(sQ, sdO, sL, sDel, qin, i_start * BR, seq, tid);
     cp_async_commit();
 
     const int key_lo = k0 + wg * 64 + wq * 16 + g;  // this thread's keys: key_lo, key_lo + 8
@@ -183,9 +174,8 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
         wgmma_commit();
         if (i + 1 < n_q) {
             const unsigned nb = (b ^ 1);
-            load_tile_swizzled<D, BR, NT>(sQ + nb * QT_BYTES, qh, (i + 1) * BR, seq, tid);
-            load_tile_swizzled<D, BR, NT>(sdO + nb * QT_BYTES, doh, (i + 1) * BR, seq, tid);
-            load_rows<BR, NT>(sL + nb * BR * 4, sDel + nb * BR * 4, lh, dh, (i + 1) * BR, seq, tid);
+            load_query_tile<SWIZZLED, D, BR, NT>(sQ + nb * QT_BYTES, sdO + nb * QT_BYTES, sL + nb * BR * 4,
+                                                 sDel + nb * BR * 4, qin, (i + 1) * BR, seq, tid);
         }
         cp_async_commit();
         if constexpr (DEFER_DQ) {

@@ -80,10 +80,8 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     if (qt < 0) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.x;
     const int q0 = qt * BR;
-    const i64 head = (i64)bh * seq * D;
-    const bf16_t* qh = q + head;
+    const i64 head = head_row(seq) * D;
     const bf16_t* kh = k + head;
     const bf16_t* vh = v + head;
 
@@ -91,13 +89,11 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     const unsigned sK = sQ + Q_BYTES;       // 2 buffers
     const unsigned sV = sK + 2 * KV_BYTES;  // 2 buffers
 
-    const int n_kv_all = (seq + BC - 1) / BC;
-    const int n_kv = causal ? imin(n_kv_all, (q0 + BR - 1) / BC + 1) : n_kv_all;
+    const int n_kv = kv_tile_count(seq, q0, BR, BC, causal);
 
-    load_tile_padded<D, BR, NT>(sQ, qh, q0, seq, tid);
+    load_tile<PADDED, D, BR, NT>(sQ, q + head, q0, seq, tid);
     cp_async_commit();
-    load_tile_padded<D, BC, NT>(sK, kh, 0, seq, tid);
-    load_tile_padded<D, BC, NT>(sV, vh, 0, seq, tid);
+    load_kv_tile<PADDED, D, BC, NT>(sK, sV, kh, vh, 0, seq, tid);
     cp_async_commit();
 
     const int wrow = warp * 16 * MT;  // first row of this warp in the tile
@@ -137,8 +133,8 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
     for (int j = 0; j < n_kv; ++j) {
         const unsigned buf = j & 1;
         if (j + 1 < n_kv) {
-            load_tile_padded<D, BC, NT>(sK + (buf ^ 1) * KV_BYTES, kh, (j + 1) * BC, seq, tid);
-            load_tile_padded<D, BC, NT>(sV + (buf ^ 1) * KV_BYTES, vh, (j + 1) * BC, seq, tid);
+            const unsigned nb = buf ^ 1;
+            load_kv_tile<PADDED, D, BC, NT>(sK + nb * KV_BYTES, sV + nb * KV_BYTES, kh, vh, (j + 1) * BC, seq, tid);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -151,15 +147,10 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
         if (active) {
             // S = Q K^T (raw scores)
             float s[MT][NC][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nc = 0; nc < NC; ++nc)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mt][nc][e] = 0.0f;
+            zero_frags(s);
             // k-steps over D: unrolled when Q is in registers (constant fragment indices), a loop
-            // otherwise (keeps ptxas from hoisting every step's loads: no spills at d 128)
-            auto s_step = [&](int kk) {
+            // otherwise
+            k_steps<KD, QREG>([&](int kk) {
                 unsigned qa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
@@ -171,19 +162,9 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                     }
                 }
 #pragma unroll
-                for (int np = 0; np < NC / 2; ++np) {
-                    unsigned b[4];
-                    ldmatrix_x4(b, sKb + b_lane + toff<D>(np * 16, kk * 2));
-                    mma_bf16_16816_x2_m(s, np, qa, b);
-                }
-            };
-            if constexpr (QREG) {
-#pragma unroll
-                for (int kk = 0; kk < KD; ++kk) s_step(kk);
-            } else {
-#pragma unroll 1
-                for (int kk = 0; kk < KD; ++kk) s_step(kk);
-            }
+                for (int np = 0; np < NC / 2; ++np)
+                    mma_bf16_16816_x2_m_ld<false>(s, np, qa, sKb + b_lane + toff<D>(np * 16, kk * 2));
+            });
             // masking: only tiles that reach past the sequence or cross this warp's diagonal
             if (k0 + BC > seq || (causal && k0 + BC - 1 > wr0)) {
 #pragma unroll
@@ -243,11 +224,8 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                     mma_bf16_16816(l_acc[mt], pa[mt], ONES, ONES);
                 }
 #pragma unroll
-                for (int dp = 0; dp < ND / 2; ++dp) {
-                    unsigned b[4];
-                    ldmatrix_x4_trans(b, sVb + a_lane + toff<D>(kc * 16, dp * 2));
-                    mma_bf16_16816_x2_m(acc, dp, pa, b);
-                }
+                for (int dp = 0; dp < ND / 2; ++dp)
+                    mma_bf16_16816_x2_m_ld<true>(acc, dp, pa, sVb + a_lane + toff<D>(kc * 16, dp * 2));
             }
         }
         __syncthreads();  // the buffer just read is refilled by the next iteration's prefetch
@@ -267,7 +245,7 @@ __device__ __forceinline__ void fwd_bf16(const bf16_t* __restrict__ q, const bf1
                 for (int nd = 0; nd < ND; ++nd)
                     *reinterpret_cast<unsigned*>(oh + (i64)row * D + nd * 8 + 2 * t) =
                         pack_bf16x2(acc[mt][nd][2 * h] * inv, acc[mt][nd][2 * h + 1] * inv);
-                if (t == 0) lse[(i64)bh * seq + row] = l > 0.0f ? (m_run[mt][h] * sl2 + log2f(l)) * LN2 : NEG_INF;
+                if (t == 0) lse[head_row(seq) + row] = l > 0.0f ? (m_run[mt][h] * sl2 + log2f(l)) * LN2 : NEG_INF;
             }
         }
 }
@@ -295,10 +273,9 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
     const int qt = query_tile(seq, BM);
     if (qt < 0) return;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int bh = blockIdx.x, q0 = qt * BM;
-    const i64 head = (i64)bh * seq * D;
-    const int n_kv_all = (seq + BN - 1) / BN;
-    const int n_kv = causal ? imin(n_kv_all, (q0 + BM - 1) / BN + 1) : n_kv_all;
+    const int q0 = qt * BM;
+    const i64 head = head_row(seq) * D;
+    const int n_kv = kv_tile_count(seq, q0, BM, BN, causal);
     const float sl2 = scale * LOG2E;
 
     load_tile_f32<D>(Qs, q + head, q0, seq, tid);
@@ -365,18 +342,7 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
             for (int kk = 0; kk < DK; ++kk) acc[i][kk] *= alpha;
         }
         __syncthreads();
-        const int c_end = imin(BN, seq - k0);
-        for (int c = 0; c < c_end; ++c) {
-            float vv[DK];
-#pragma unroll
-            for (int kk = 0; kk < DK; ++kk) vv[kk] = Vs[c * LD + tx + 16 * kk];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float p = Ps[(ty * 4 + i) * PLD + c];
-#pragma unroll
-                for (int kk = 0; kk < DK; ++kk) acc[i][kk] = fmaf(p, vv[kk], acc[i][kk]);
-            }
-        }
+        f32_tile_product<D, PLD>(acc, Ps, Vs, imin(BN, seq - k0), tx, ty);  // O += P V
     }
 
 #pragma unroll
@@ -389,7 +355,7 @@ __device__ __forceinline__ void fwd_f32(const float* __restrict__ q, const float
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
             for (int kk = 0; kk < DK; ++kk) o[head + (i64)row * D + tx + 16 * kk] = acc[i][kk] * inv;
-            if (tx == 0) lse[(i64)bh * seq + row] = l > 0.0f ? (m_run[i] * sl2 + log2f(l)) * LN2 : NEG_INF;
+            if (tx == 0) lse[head_row(seq) + row] = l > 0.0f ? (m_run[i] * sl2 + log2f(l)) * LN2 : NEG_INF;
         }
     }
 }

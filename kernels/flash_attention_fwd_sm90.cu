@@ -87,10 +87,8 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;  // warpgroup, warp within it
     const int g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.x;
     const int q0 = qt * BR;
-    const i64 head = (i64)bh * seq * D;
-    const bf16_t* qh = q + head;
+    const i64 head = head_row(seq) * D;
     const bf16_t* kh = k + head;
     const bf16_t* vh = v + head;
 
@@ -100,17 +98,15 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     const unsigned sV = sK + KS * KV_BYTES;  // VS buffers
     const unsigned sScratch = sV + VS * KV_BYTES;  // one word per thread (see the wait below)
 
-    const int n_kv_all = (seq + BC - 1) / BC;
-    const int n_kv = causal ? imin(n_kv_all, (q0 + BR - 1) / BC + 1) : n_kv_all;
+    const int n_kv = kv_tile_count(seq, q0, BR, BC, causal);
 
     // prologue: Q with tile 0, then tiles 1 .. PF-1: PF groups
-    load_tile_swizzled<D, BR, NT>(sQ, qh, q0, seq, tid);
+    load_tile<SWIZZLED, D, BR, NT>(sQ, q + head, q0, seq, tid);
 #pragma unroll
     for (int j = 0; j < PF; ++j) {
-        if (j < n_kv) {
-            load_tile_swizzled<D, BC, NT>(sK + (j % KS) * KV_BYTES, kh, j * BC, seq, tid);
-            load_tile_swizzled<D, BC, NT>(sV + (j % VS) * KV_BYTES, vh, j * BC, seq, tid);
-        }
+        if (j < n_kv)
+            load_kv_tile<SWIZZLED, D, BC, NT>(sK + (j % KS) * KV_BYTES, sV + (j % VS) * KV_BYTES, kh, vh, j * BC,
+                                              seq, tid);
         cp_async_commit();
     }
 
@@ -199,8 +195,8 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
     auto prefetch = [&](int j) {
         if (j + PF < n_kv) {
             const int jn = j + PF;
-            load_tile_swizzled<D, BC, NT>(sK + (jn % KS) * KV_BYTES, kh, jn * BC, seq, tid);
-            load_tile_swizzled<D, BC, NT>(sV + (jn % VS) * KV_BYTES, vh, jn * BC, seq, tid);
+            load_kv_tile<SWIZZLED, D, BC, NT>(sK + (jn % KS) * KV_BYTES, sV + (jn % VS) * KV_BYTES, kh, vh, jn * BC,
+                                              seq, tid);
         }
         cp_async_commit();
     };
@@ -261,7 +257,7 @@ __device__ __forceinline__ void fwd_sm90(const bf16_t* __restrict__ q, const bf1
             for (int nb = 0; nb < D / 8; ++nb)
                 *reinterpret_cast<unsigned*>(oh + (i64)row * D + nb * 8 + 2 * t) =
                     pack_bf16x2(acc[4 * nb + 2 * h] * inv, acc[4 * nb + 2 * h + 1] * inv);
-            if (t == 0) lse[(i64)bh * seq + row] = l > 0.0f ? (m_run[h] * sl2 + log2f(l)) * LN2 : NEG_INF;
+            if (t == 0) lse[head_row(seq) + row] = l > 0.0f ? (m_run[h] * sl2 + log2f(l)) * LN2 : NEG_INF;
         }
     }
 }
