@@ -6,7 +6,6 @@
 
 use std::path::Path;
 
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -14,8 +13,8 @@ use crate::error::Result;
 use crate::kernels::class::KernelClass;
 use crate::profile::PhaseProfile;
 use crate::render::plot::{
-    draw_err, grid_style, write_chart, Chart, Frame, ImageFormat, StackedBars, TimelineChart, FONT,
-    PALETTE,
+    draw_err, grid_style, legend_text, write_chart, Area, Chart, Frame, ImageFormat, StackedBars,
+    TimelineChart, FONT, PALETTE,
 };
 
 /// Any chart of the report.
@@ -133,11 +132,7 @@ impl Chart for LinePlot {
         &self.frame
     }
 
-    fn draw_body<DB: DrawingBackend>(
-        &self,
-        body: &DrawingArea<DB, Shift>,
-        w: u32,
-    ) -> Result<(), String> {
+    fn draw_body<DB: DrawingBackend>(&self, body: &Area<DB>, w: u32) -> Result<(), String> {
         let longest = self
             .series
             .iter()
@@ -241,16 +236,7 @@ impl Chart for LinePlot {
                     .draw(&Circle::new((19, y), 5, s.color.stroke_width(2)))
                     .map_err(draw_err)?;
             }
-            legend_area
-                .draw(&Text::new(
-                    s.name.clone(),
-                    (38, y),
-                    (FONT, 14)
-                        .into_font()
-                        .color(&BLACK)
-                        .pos(Pos::new(HPos::Left, VPos::Center)),
-                ))
-                .map_err(draw_err)?;
+            legend_text(&legend_area, s.name.clone(), (38, y))?;
         }
         Ok(())
     }

@@ -177,7 +177,8 @@ pub fn load_run(paths: &[PathBuf], classifier: &Classifier) -> Result<Run> {
         path: PathBuf::new(),
         message: "no files to read".into(),
     })?;
-    sort(&mut trace);
+    trace.sort();
+    trace.gpus.sort_by_key(|g| g.id);
     trace.source.path = common_parent(paths);
     trace.source.rank = None;
     Ok(Run {
@@ -460,18 +461,6 @@ fn append(into: &mut Trace, other: Trace) {
     into.source
         .missing
         .retain(|t| other.source.missing.contains(t));
-}
-
-/// The merged records in time order, as one file's are.
-fn sort(trace: &mut Trace) {
-    trace.kernels.sort_by_key(|k| k.start);
-    trace.api_calls.sort_by_key(|c| c.start);
-    trace.ranges.sort_by_key(|r| r.start);
-    trace.open_ranges.sort_by_key(|r| r.start);
-    trace.marks.sort_by_key(|m| m.time);
-    trace.mem_ops.sort_by_key(|m| m.start);
-    trace.graph_execs.sort_by_key(|g| g.start);
-    trace.gpus.sort_by_key(|g| g.id);
 }
 
 /// The folder every path lies in (the first path when they share none).

@@ -1,11 +1,9 @@
 //! Stacked bars: one bar per run or snapshot, its parts stacked in one order with one colour per
 //! part name across every bar, and a legend. One bar stands upright; several lie down.
 
-use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{draw_err, grid_style, nice_max, Chart, Frame, FONT, PALETTE};
+use super::{draw_err, grid_style, legend_text, nice_max, Area, Chart, Frame, PALETTE};
 
 /// One stacked bar: named parts.
 #[derive(Clone, Debug)]
@@ -72,11 +70,7 @@ impl Chart for StackedBars {
         &self.frame
     }
 
-    fn draw_body<DB: DrawingBackend>(
-        &self,
-        body: &DrawingArea<DB, Shift>,
-        w: u32,
-    ) -> Result<(), String> {
+    fn draw_body<DB: DrawingBackend>(&self, body: &Area<DB>, w: u32) -> Result<(), String> {
         let names = self.part_names();
         let used: Vec<bool> = (0..names.len())
             .map(|i| {
@@ -202,16 +196,7 @@ impl Chart for StackedBars {
                 .iter()
                 .find(|(n, _)| n == name)
                 .map_or_else(|| name.clone(), |(_, t)| t.clone());
-            legend_area
-                .draw(&Text::new(
-                    text,
-                    (32, y),
-                    (FONT, 14)
-                        .into_font()
-                        .color(&BLACK)
-                        .pos(Pos::new(HPos::Left, VPos::Center)),
-                ))
-                .map_err(draw_err)?;
+            legend_text(&legend_area, text, (32, y))?;
         }
         Ok(())
     }

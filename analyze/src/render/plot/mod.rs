@@ -20,6 +20,7 @@ use std::sync::Once;
 use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::{Error, Result};
 
@@ -81,15 +82,14 @@ pub struct Frame {
     pub height: u32,
 }
 
+/// A drawing area of any backend.
+pub type Area<DB> = DrawingArea<DB, Shift>;
+
 /// Something that can draw itself on any plotters backend: its frame, then its body.
 pub trait Chart {
     fn frame(&self) -> &Frame;
     /// Draw the chart in `body`, the area under the title, `width` pixels wide.
-    fn draw_body<DB: DrawingBackend>(
-        &self,
-        body: &DrawingArea<DB, Shift>,
-        width: u32,
-    ) -> Result<(), String>;
+    fn draw_body<DB: DrawingBackend>(&self, body: &Area<DB>, width: u32) -> Result<(), String>;
 
     /// Width and height in pixels.
     fn size(&self) -> (u32, u32) {
@@ -121,6 +121,23 @@ where
         .axis_desc_style((FONT, 15))
         .light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(225, 225, 225))
+}
+
+/// One legend entry's text, left-aligned at `x` and centred on `y`.
+pub(crate) fn legend_text<DB: DrawingBackend>(
+    area: &Area<DB>,
+    text: String,
+    (x, y): (i32, i32),
+) -> Result<(), String> {
+    area.draw(&Text::new(
+        text,
+        (x, y),
+        (FONT, 14)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Center)),
+    ))
+    .map_err(draw_err)
 }
 
 /// Draw a chart's title (and subtitle, when there is one) across the top of `root`; returns the

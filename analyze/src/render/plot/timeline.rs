@@ -2,11 +2,10 @@
 //! point (the peak) and labelled reference lines, with a legend; and the decimation that keeps a
 //! long series drawable without losing its extremes.
 
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{draw_err, grid_style, nice_max, Chart, Frame, FONT};
+use super::{draw_err, grid_style, nice_max, Area, Chart, Frame, FONT};
 
 /// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's
 /// minimum and maximum so peaks survive.
@@ -104,11 +103,7 @@ impl Chart for TimelineChart {
         &self.frame
     }
 
-    fn draw_body<DB: DrawingBackend>(
-        &self,
-        body: &DrawingArea<DB, Shift>,
-        w: u32,
-    ) -> Result<(), String> {
+    fn draw_body<DB: DrawingBackend>(&self, body: &Area<DB>, w: u32) -> Result<(), String> {
         let all = self.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
         for &(x, y) in all {
