@@ -13,10 +13,12 @@ use analyze::formats::nsys_sqlite::write::{
     self as nsys_write, ApiClass, ApiRecord, GpuInfo, GpuSpan, KernelLaunch, KernelRecord,
     MemcpyRecord, MemsetRecord, ProcessInfo, TraceRecords,
 };
-use analyze::formats::run_metadata::{RunDescription, RunMetadata};
+use analyze::formats::run_metadata::RunMetadata;
 use analyze::model::{ApiKind, MemOpKind, RangeStyle};
+use collect::bench::report;
 use collect::trace::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
 use collect::trace::ranges::RangeLog;
+use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 
 const PID: u32 = 4242;
 const TID: u32 = 4242;
@@ -95,18 +97,17 @@ fn synthetic_trace() -> TraceRecords {
         session_start_utc_ns: Some(1_795_314_601_687_569_420),
         ..TraceRecords::default()
     };
-    out.run = RunMetadata::describe(&RunDescription {
-        model: "small".into(),
-        d_model: 768,
-        d_ff: 3072,
-        layers: 12,
-        heads: 12,
-        vocab: 10_000,
+    // As `collect bench` describes the small model at context 128, batch 4, training in fp32.
+    out.run = RunMetadata::describe(&report::run_description(&RunConfig {
+        model: ModelConfig::preset("small").unwrap(),
         ctx: 128,
         batch: 4,
-        mode: "train".into(),
-        precision: "fp32".into(),
-    });
+        mode: Mode::Train,
+        precision: Precision::Fp32,
+        tf32: false,
+        attention: Attention::Naive,
+        checkpoint: false,
+    }));
     out.run.set_step_times_ms(&[12.5, 12.25]);
 
     // The initial weight upload.
