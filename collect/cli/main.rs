@@ -173,8 +173,9 @@ struct BenchArgs {
     optimizer_sms: u32,
 }
 
+/// One configuration of the model, as `plan` and `numerics` take it.
 #[derive(Args)]
-struct PlanArgs {
+struct RunArgs {
     /// Model size: small, medium, large, xl, 2.7B.
     #[arg(long, default_value = "small")]
     size: String,
@@ -184,8 +185,6 @@ struct PlanArgs {
     ctx: usize,
     #[arg(long, default_value_t = 4)]
     batch: usize,
-    #[arg(long, default_value = "train")]
-    mode: String,
     #[arg(long, default_value = "fp32")]
     precision: String,
     /// naive or flash.
@@ -193,6 +192,38 @@ struct PlanArgs {
     attention: String,
     #[command(flatten)]
     checkpoint: CheckpointArg,
+}
+
+impl RunArgs {
+    fn model(&self) -> anyhow::Result<ModelConfig> {
+        Ok(self
+            .model
+            .models(std::slice::from_ref(&self.size))?
+            .remove(0))
+    }
+
+    /// The configuration of `model` (from [`RunArgs::model`]) in `mode`, without checkpointing,
+    /// which the caller decides.
+    fn config(&self, model: ModelConfig, mode: Mode) -> anyhow::Result<RunConfig> {
+        Ok(RunConfig {
+            model,
+            ctx: self.ctx,
+            batch: self.batch,
+            mode,
+            precision: self.precision.parse()?,
+            tf32: false,
+            attention: self.attention.parse()?,
+            checkpoint: false,
+        })
+    }
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    #[arg(long, default_value = "train")]
+    mode: String,
     /// The device memory `--checkpoint auto` weighs the plan against, and that the plan must
     /// fit: exit status 1 when its peak does not. Bytes, or with a unit (`80GiB`, `141GB`,
     /// `512MiB`) [default: an H200's 139.8 GiB for `auto`, and no check].
@@ -205,21 +236,8 @@ struct PlanArgs {
 
 #[derive(Args)]
 struct NumericsArgs {
-    #[arg(long, default_value = "small")]
-    size: String,
     #[command(flatten)]
-    model: ModelArgs,
-    #[arg(long, default_value_t = 256)]
-    ctx: usize,
-    #[arg(long, default_value_t = 4)]
-    batch: usize,
-    #[arg(long, default_value = "fp32")]
-    precision: String,
-    /// naive or flash.
-    #[arg(long, default_value = "naive")]
-    attention: String,
-    #[command(flatten)]
-    checkpoint: CheckpointArg,
+    run: RunArgs,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write every gradient (default: embedding, first and last block, final norm, head).
@@ -360,17 +378,9 @@ fn parse_all<T: std::str::FromStr<Err = collect::Error>>(
 }
 
 fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
-    let model = a.model.models(std::slice::from_ref(&a.size))?.remove(0);
-    let run = RunConfig {
-        model,
-        ctx: a.ctx,
-        batch: a.batch,
-        mode: a.mode.parse()?,
-        precision: a.precision.parse()?,
-        tf32: false,
-        attention: a.attention.parse()?,
-        checkpoint: false,
-    };
+    // A bad size is the error reported before a bad mode.
+    let model = a.run.model()?;
+    let run = a.run.config(model, a.mode.parse()?)?;
     run.validate_dimensions()?;
     let named = a
         .device_memory
@@ -378,7 +388,7 @@ fn run_plan(a: PlanArgs) -> anyhow::Result<ExitCode> {
         .map(plan::parse_bytes)
         .transpose()?;
     let capacity = named.unwrap_or(plan::H200_MEMORY);
-    let mut p = plan::plan_with(a.checkpoint.choice()?, &run, capacity);
+    let mut p = plan::plan_with(a.run.checkpoint.choice()?, &run, capacity);
     // Only a device the user named is a check: without one, a plan over an H200 is still a plan.
     if let Some(capacity) = named {
         p = p.check_device(capacity);
@@ -467,19 +477,9 @@ fn run_attention(a: AttentionArgs) -> anyhow::Result<()> {
 }
 
 fn run_numerics(a: NumericsArgs) -> anyhow::Result<()> {
-    let model = a.model.models(std::slice::from_ref(&a.size))?.remove(0);
-    let run = RunConfig {
-        model,
-        ctx: a.ctx,
-        batch: a.batch,
-        mode: Mode::ForwardBackward,
-        precision: a.precision.parse()?,
-        tf32: false,
-        attention: a.attention.parse()?,
-        checkpoint: false,
-    };
+    let run = a.run.config(a.run.model()?, Mode::ForwardBackward)?;
     run.validate()?;
-    let choice = a.checkpoint.choice()?;
+    let choice = a.run.checkpoint.choice()?;
     let rt = Runtime::open()?;
     let run = RunConfig {
         checkpoint: plan::checkpoint_on(choice, &run, rt.gpu.info.total_memory),

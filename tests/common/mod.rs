@@ -45,9 +45,14 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Check that a command exited 0, showing its stderr when it did not.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// A command's stdout as JSON, after checking that it exited 0 (its stderr otherwise).
 pub fn json_stdout(out: &std::process::Output) -> serde_json::Value {
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_success(out);
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 

@@ -503,11 +503,7 @@ fn pytorch_steps_replay_to_pytorchs_measured_peak() {
         .args(files.iter().map(|f| dir.join(f)))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let snaps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let peaks: HashMap<String, u64> = std::fs::read_to_string(dir.join("peaks.jsonl"))
         .unwrap()

@@ -12,6 +12,8 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use rusqlite::Connection;
 
+use crate::common;
+
 fn analyze(tmp: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_analyze"));
     cmd.env("RUST_BACKTRACE", "1")
@@ -133,11 +135,7 @@ fn an_export_too_large_for_the_memory_allowed_is_refused_with_the_numbers() {
             .arg(&export)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(&out);
         let csv = String::from_utf8_lossy(&out.stdout);
         assert!(csv.contains(",100000,"), "{csv}");
     }

@@ -2,6 +2,9 @@
 //! device, `collect bench` and `collect precision` saying so in one line and exiting 2; and
 //! `collect precision --cpu`, which needs none.
 
+use collect::precision::accumulate::PRINTED_BY_PYTORCH;
+
+use crate::common;
 use crate::run_collect::collect;
 
 #[test]
@@ -89,13 +92,7 @@ fn precision_without_a_device_says_so_and_exits_2() {
 #[test]
 fn precision_on_the_cpu_prints_pytorchs_sums_and_dtypes() {
     let out = collect(&["precision", "all", "--cpu", "--format", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let doc = common::json_stdout(&out);
     assert_eq!(doc["device"], "CPU emulation");
     let rows = doc["rows"].as_array().expect("rows");
     let printed: Vec<&str> = rows
@@ -103,18 +100,7 @@ fn precision_on_the_cpu_prints_pytorchs_sums_and_dtypes() {
         .filter(|r| r["experiment"] == "accumulate")
         .map(|r| r["printed"].as_str().expect("printed"))
         .collect();
-    assert_eq!(
-        printed,
-        [
-            "10.00013351",
-            "9.95312500",
-            "10.00213623",
-            "10.00213623",
-            "4.00000000",
-            "10.00976562",
-            "10.00976562"
-        ]
-    );
+    assert_eq!(printed, PRINTED_BY_PYTORCH);
     assert!(rows
         .iter()
         .filter(|r| r["experiment"] == "toy")
@@ -133,12 +119,7 @@ fn precision_on_the_cpu_prints_pytorchs_sums_and_dtypes() {
 #[test]
 fn the_h200s_precision_rows_equal_the_cpu_emulation() {
     let out = collect(&["precision", "all", "--cpu", "--format", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cpu: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let cpu = common::json_stdout(&out);
     let path = crate::common::fixture("collect/precision_h200.json");
     let gpu: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("the fixture")).expect("JSON");

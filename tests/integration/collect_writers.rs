@@ -10,19 +10,33 @@ use std::path::Path;
 use std::sync::Arc;
 
 use analyze::formats::nsys_sqlite::write::{
-    self as nsys_write, ApiClass, ApiRecord, GpuInfo, KernelRecord, MemcpyRecord, MemsetRecord,
-    ProcessInfo, TraceRecords,
+    self as nsys_write, ApiClass, ApiRecord, GpuInfo, GpuSpan, KernelLaunch, KernelRecord,
+    MemcpyRecord, MemsetRecord, ProcessInfo, TraceRecords,
 };
-use analyze::formats::run_metadata::{RunDescription, RunMetadata};
+use analyze::formats::run_metadata::RunMetadata;
 use analyze::model::{ApiKind, MemOpKind, RangeStyle};
+use collect::bench::report;
 use collect::trace::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
 use collect::trace::ranges::RangeLog;
+use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 
 const PID: u32 = 4242;
 const TID: u32 = 4242;
 
 fn name(s: &str) -> nsys_write::Name {
     Arc::from(s)
+}
+
+/// An operation on device 0, context 1, stream 7.
+fn span(start: i64, end: i64, correlation_id: u32) -> GpuSpan {
+    GpuSpan {
+        start,
+        end,
+        device_id: 0,
+        context_id: 1,
+        stream_id: 7,
+        correlation_id,
+    }
 }
 
 /// A kernel launched by `cuLaunchKernel` at `t` (API call 0..3 µs after `t`), running on the GPU
@@ -39,28 +53,25 @@ fn launch(out: &mut TraceRecords, t: i64, corr: u32, kernel: &str, dur: i64) {
         return_value: 0,
     });
     out.kernels.push(KernelRecord {
-        start: t + 5_000,
-        end: t + 5_000 + dur,
-        device_id: 0,
-        context_id: 1,
-        stream_id: 7,
-        correlation_id: corr,
+        span: span(t + 5_000, t + 5_000 + dur, corr),
         pid: PID,
         name: name(kernel),
         short_name: name(kernel),
         mangled_name: None,
-        grid: [corr as i32 % 7 + 1, 2, 1],
-        block: [256, 1, 1],
-        registers_per_thread: 32,
-        static_shared_memory: 1024,
-        dynamic_shared_memory: 4096,
-        local_memory_per_thread: 0,
-        local_memory_total: 0,
-        grid_id: corr as i64,
-        shared_memory_executed: 32768,
-        launch_type: 1,
-        cache_config: 1,
-        shared_memory_limit_config: 0,
+        launch: KernelLaunch {
+            grid: [corr as i32 % 7 + 1, 2, 1],
+            block: [256, 1, 1],
+            registers_per_thread: 32,
+            static_shared_memory: 1024,
+            dynamic_shared_memory: 4096,
+            local_memory_per_thread: 0,
+            local_memory_total: 0,
+            grid_id: corr as i64,
+            shared_memory_executed: 32768,
+            launch_type: 1,
+            cache_config: 1,
+            shared_memory_limit_config: 0,
+        },
     });
 }
 
@@ -86,18 +97,17 @@ fn synthetic_trace() -> TraceRecords {
         session_start_utc_ns: Some(1_795_314_601_687_569_420),
         ..TraceRecords::default()
     };
-    out.run = RunMetadata::describe(&RunDescription {
-        model: "small".into(),
-        d_model: 768,
-        d_ff: 3072,
-        layers: 12,
-        heads: 12,
-        vocab: 10_000,
+    // As `collect bench` describes the small model at context 128, batch 4, training in fp32.
+    out.run = RunMetadata::describe(&report::run_description(&RunConfig {
+        model: ModelConfig::preset("small").unwrap(),
         ctx: 128,
         batch: 4,
-        mode: "train".into(),
-        precision: "fp32".into(),
-    });
+        mode: Mode::Train,
+        precision: Precision::Fp32,
+        tf32: false,
+        attention: Attention::Naive,
+        checkpoint: false,
+    }));
     out.run.set_step_times_ms(&[12.5, 12.25]);
 
     // The initial weight upload.
@@ -112,12 +122,7 @@ fn synthetic_trace() -> TraceRecords {
         return_value: 0,
     });
     out.memcpys.push(MemcpyRecord {
-        start: 10_000,
-        end: 60_000,
-        device_id: 0,
-        context_id: 1,
-        stream_id: 7,
-        correlation_id: 1,
+        span: span(10_000, 60_000, 1),
         pid: PID,
         bytes: 2_359_296,
         copy_kind: 1,
@@ -171,12 +176,7 @@ fn synthetic_trace() -> TraceRecords {
             return_value: 0,
         });
         out.memsets.push(MemsetRecord {
-            start: t0 + 740_000,
-            end: t0 + 741_500,
-            device_id: 0,
-            context_id: 1,
-            stream_id: 7,
-            correlation_id: corr + 1,
+            span: span(t0 + 740_000, t0 + 741_500, corr + 1),
             pid: PID,
             value: 0,
             bytes: 4608,
@@ -219,15 +219,15 @@ fn synthetic_trace_reads_back_through_analyze() {
     // Kernels: names, instances, durations, launch geometry, correlation.
     assert_eq!(t.kernels.len(), records.kernels.len());
     let mut expected: Vec<&KernelRecord> = records.kernels.iter().collect();
-    expected.sort_by_key(|k| k.start);
+    expected.sort_by_key(|k| k.span.start);
     for (got, want) in t.kernels.iter().zip(&expected) {
         assert_eq!(t.name(got.name), &*want.name);
         assert_eq!(t.name(got.short_name), &*want.short_name);
-        assert_eq!(got.duration().0, want.end - want.start);
-        assert_eq!(got.start.0, want.start);
-        assert_eq!(got.correlation_id, want.correlation_id as u64);
+        assert_eq!(got.duration().0, want.span.end - want.span.start);
+        assert_eq!(got.start.0, want.span.start);
+        assert_eq!(got.correlation_id, want.span.correlation_id as u64);
         assert_eq!((got.device, got.stream, got.pid), (0, 7, PID));
-        assert_eq!(got.grid, [want.grid[0] as u32, 2, 1]);
+        assert_eq!(got.grid, [want.launch.grid[0] as u32, 2, 1]);
         assert_eq!(got.block, [256, 1, 1]);
         assert_eq!(got.registers_per_thread, 32);
         assert_eq!(

@@ -35,16 +35,10 @@ pub mod keys {
     pub const PEAK_REQUESTED_BYTES: &str = "peak_requested_bytes";
 }
 
-/// The `RUN_METADATA` of a measured configuration: what ran, on what, and its step times.
-pub fn run_metadata(
-    run: &RunConfig,
-    warmup: usize,
-    m: &Measured,
-    device: &DeviceInfo,
-    allocator: AllocatorKind,
-) -> RunMetadata {
+/// What ran, as a trace's `RUN_METADATA` describes a configuration.
+pub fn run_description(run: &RunConfig) -> RunDescription {
     let c = &run.model;
-    let mut meta = RunMetadata::describe(&RunDescription {
+    RunDescription {
         model: c.label(),
         d_model: c.d_model as u32,
         d_ff: c.d_ff as u32,
@@ -55,7 +49,18 @@ pub fn run_metadata(
         batch: run.batch as u32,
         mode: run.mode.as_str().to_owned(),
         precision: run.precision.as_str().to_owned(),
-    });
+    }
+}
+
+/// The `RUN_METADATA` of a measured configuration: what ran, on what, and its step times.
+pub fn run_metadata(
+    run: &RunConfig,
+    warmup: usize,
+    m: &Measured,
+    device: &DeviceInfo,
+    allocator: AllocatorKind,
+) -> RunMetadata {
+    let mut meta = RunMetadata::describe(&run_description(run));
     meta.set(keys::TF32, run.tf32)
         .set(run_metadata::keys::WARMUP, warmup)
         .set_step_times_ms(&m.host_ms)

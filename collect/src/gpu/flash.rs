@@ -68,149 +68,56 @@ const fn row(
     }
 }
 
+/// The rows of [`LAUNCHES`], one group per kernel family and element type, each kernel named as
+/// its file names it:
+/// - `Family Type "prefix": (d, threads, tile rows, smem) ...;` one row per head width `d`,
+///   named `<prefix>_d<d>`;
+/// - `Family Type "prefix" [d ...]: (threads, tile rows, smem);` the same launch at each width;
+/// - `Family Type "name" = (threads, tile rows, smem);` one kernel for every width (`d` 0).
+macro_rules! launches {
+    ([$($done:expr),*]) => {
+        &[$($done),*]
+    };
+    ([$($done:expr),*] $family:ident $dtype:ident $prefix:literal:
+        $(($d:literal, $block:literal, $tile:literal, $smem:literal))+; $($rest:tt)*) => {
+        launches!([$($done,)* $(
+            row($family, $dtype, $d, concat!($prefix, "_d", $d), $block, $tile, $smem)
+        ),+] $($rest)*)
+    };
+    ([$($done:expr),*] $family:ident $dtype:ident $prefix:literal [$($d:literal)+]:
+        ($block:literal, $tile:literal, $smem:literal); $($rest:tt)*) => {
+        launches!([$($done),*] $family $dtype $prefix:
+            $(($d, $block, $tile, $smem))+; $($rest)*)
+    };
+    ([$($done:expr),*] $family:ident $dtype:ident $name:literal =
+        ($block:literal, $tile:literal, $smem:literal); $($rest:tt)*) => {
+        launches!([$($done,)* row($family, $dtype, 0, $name, $block, $tile, $smem)] $($rest)*)
+    };
+}
+
 use DType::{Bf16, F32};
 use FlashFamily::{Backward, BackwardSm90, DqConvert, Forward, ForwardSm90, Preprocess};
 
 /// Every kernel's launch, as the kernel files' header comments give them.
-pub const LAUNCHES: &[FlashLaunch] = &[
-    row(Forward, Bf16, 16, "flash_fwd_bf16_d16", 128, 128, 13824),
-    row(Forward, Bf16, 32, "flash_fwd_bf16_d32", 128, 128, 27648),
-    row(Forward, Bf16, 64, "flash_fwd_bf16_d64", 128, 128, 55296),
-    row(Forward, Bf16, 128, "flash_fwd_bf16_d128", 128, 128, 69632),
-    row(Forward, F32, 16, "flash_fwd_f32_d16", 256, 64, 30464),
-    row(Forward, F32, 32, "flash_fwd_f32_d32", 256, 64, 42752),
-    row(Forward, F32, 64, "flash_fwd_f32_d64", 256, 64, 67328),
-    row(Forward, F32, 128, "flash_fwd_f32_d128", 256, 64, 116480),
-    row(
-        Preprocess,
-        Bf16,
-        16,
-        "flash_bwd_preprocess_bf16_d16",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        Bf16,
-        32,
-        "flash_bwd_preprocess_bf16_d32",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        Bf16,
-        64,
-        "flash_bwd_preprocess_bf16_d64",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        Bf16,
-        128,
-        "flash_bwd_preprocess_bf16_d128",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        F32,
-        16,
-        "flash_bwd_preprocess_f32_d16",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        F32,
-        32,
-        "flash_bwd_preprocess_f32_d32",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        F32,
-        64,
-        "flash_bwd_preprocess_f32_d64",
-        256,
-        64,
-        0,
-    ),
-    row(
-        Preprocess,
-        F32,
-        128,
-        "flash_bwd_preprocess_f32_d128",
-        256,
-        64,
-        0,
-    ),
-    row(Backward, Bf16, 16, "flash_bwd_bf16_d16", 128, 128, 23552),
-    row(Backward, Bf16, 32, "flash_bwd_bf16_d32", 128, 128, 37376),
-    row(Backward, Bf16, 64, "flash_bwd_bf16_d64", 128, 128, 65024),
-    row(Backward, Bf16, 128, "flash_bwd_bf16_d128", 256, 128, 114176),
-    row(Backward, F32, 16, "flash_bwd_f32_d16", 256, 64, 52736),
-    row(Backward, F32, 32, "flash_bwd_f32_d32", 256, 64, 69120),
-    row(Backward, F32, 64, "flash_bwd_f32_d64", 256, 64, 101888),
-    row(Backward, F32, 128, "flash_bwd_f32_d128", 256, 64, 167424),
-    row(DqConvert, Bf16, 0, "flash_dq_convert_bf16", 256, 0, 0),
+pub const LAUNCHES: &[FlashLaunch] = launches!([]
+    Forward Bf16 "flash_fwd_bf16":
+        (16, 128, 128, 13824) (32, 128, 128, 27648) (64, 128, 128, 55296) (128, 128, 128, 69632);
+    Forward F32 "flash_fwd_f32":
+        (16, 256, 64, 30464) (32, 256, 64, 42752) (64, 256, 64, 67328) (128, 256, 64, 116480);
+    Preprocess Bf16 "flash_bwd_preprocess_bf16" [16 32 64 128]: (256, 64, 0);
+    Preprocess F32 "flash_bwd_preprocess_f32" [16 32 64 128]: (256, 64, 0);
+    Backward Bf16 "flash_bwd_bf16":
+        (16, 128, 128, 23552) (32, 128, 128, 37376) (64, 128, 128, 65024) (128, 256, 128, 114176);
+    Backward F32 "flash_bwd_f32":
+        (16, 256, 64, 52736) (32, 256, 64, 69120) (64, 256, 64, 101888) (128, 256, 64, 167424);
+    DqConvert Bf16 "flash_dq_convert_bf16" = (256, 0, 0);
     // Hopper's kernels, at the widths where they beat the ones above on an H200 (bf16, causal,
     // seq 4096 to 16384): the forward at d 64 and 128, the backward from d 32. The files build
     // every width; the others stay unused.
-    row(
-        ForwardSm90,
-        Bf16,
-        64,
-        "flash_fwd_sm90_bf16_d64",
-        256,
-        128,
-        75776,
-    ),
-    row(
-        ForwardSm90,
-        Bf16,
-        128,
-        "flash_fwd_sm90_bf16_d128",
-        256,
-        128,
-        198656,
-    ),
-    row(
-        BackwardSm90,
-        Bf16,
-        32,
-        "flash_bwd_sm90_bf16_d32",
-        256,
-        128,
-        68608,
-    ),
-    row(
-        BackwardSm90,
-        Bf16,
-        64,
-        "flash_bwd_sm90_bf16_d64",
-        256,
-        128,
-        101376,
-    ),
-    row(
-        BackwardSm90,
-        Bf16,
-        128,
-        "flash_bwd_sm90_bf16_d128",
-        256,
-        128,
-        166912,
-    ),
-];
+    ForwardSm90 Bf16 "flash_fwd_sm90_bf16": (64, 256, 128, 75776) (128, 256, 128, 198656);
+    BackwardSm90 Bf16 "flash_bwd_sm90_bf16":
+        (32, 256, 128, 68608) (64, 256, 128, 101376) (128, 256, 128, 166912);
+);
 
 /// The row for `family`, `dtype` and head width `d` (kernel widths only; `d` is ignored for a
 /// kernel that does not depend on it).

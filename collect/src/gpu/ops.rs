@@ -50,6 +50,11 @@ pub fn norm_bwd_parts(rows: usize) -> (usize, usize) {
     (per_block, rows.div_ceil(per_block))
 }
 
+/// Blocks of [`THREADS`] threads for one warp per row over `rows` rows.
+fn warp_per_row(rows: usize) -> (u32, u32, u32) {
+    (rows.div_ceil((THREADS / 32) as usize) as u32, 1, 1)
+}
+
 /// Whether the 16-byte SwiGLU kernels run this shape: `d_ff` a multiple of 8 (a vector of either
 /// type stays in one half of a row) and the gate's elements within 32 bits.
 fn swiglu_vectorized(rows: usize, d_ff: usize) -> bool {
@@ -62,11 +67,23 @@ fn heads_vectorized(s: &AttnShape) -> bool {
     s.d_head.is_multiple_of(16) && s.elements() < (1 << 31)
 }
 
-fn suffix(act: DType) -> &'static str {
-    match act {
-        DType::Bf16 => "bf16",
-        _ => "f32",
+/// The variant of `kernel` (of `kernels/attention.cu`) that runs over the heads of shape `s`, and
+/// the items of its grid-stride loop: the 16-byte vector one where the shape allows it, else the
+/// one that takes `scalar_items` items.
+fn heads_kernel(kernel: &str, act: DType, s: &AttnShape, scalar_items: usize) -> (String, usize) {
+    if heads_vectorized(s) {
+        (
+            typed(&format!("{kernel}_vec"), act),
+            s.elements() * act.bytes() / 16,
+        )
+    } else {
+        (typed(kernel, act), scalar_items)
     }
+}
+
+/// The variant of `kernel` for activations of type `act` (`<kernel>_f32`, `<kernel>_bf16`).
+fn typed(kernel: &str, act: DType) -> String {
+    format!("{kernel}_{}", flash::dtype_suffix(act))
 }
 
 /// Launch `$name` with `$grid` blocks of `$block` threads (and `$smem` bytes of dynamic shared
@@ -130,6 +147,7 @@ impl Runtime {
         Ok(())
     }
 
+    /// Rows of `emb` (`d` wide) looked up by `tokens` into `x`.
     pub fn embedding_fwd(
         &self,
         tokens: u64,
@@ -138,10 +156,10 @@ impl Runtime {
         rows: usize,
         d: usize,
     ) -> Result<()> {
-        launch!(self, "embedding_fwd", (rows as u32, 1, 1), (THREADS, 1, 1); tokens, emb, x, d as i32);
-        Ok(())
+        self.embedding("embedding_fwd", [tokens, emb, x], rows, d)
     }
 
+    /// Rows of `dx` added into the rows of `demb` that `tokens` looked up.
     pub fn embedding_bwd(
         &self,
         tokens: u64,
@@ -150,7 +168,13 @@ impl Runtime {
         rows: usize,
         d: usize,
     ) -> Result<()> {
-        launch!(self, "embedding_bwd", (rows as u32, 1, 1), (THREADS, 1, 1); tokens, dx, demb, d as i32);
+        self.embedding("embedding_bwd", [tokens, dx, demb], rows, d)
+    }
+
+    /// `kernel` (`embedding_fwd` or `embedding_bwd`), one block per row, with its three buffers
+    /// in the kernel's order.
+    fn embedding(&self, kernel: &str, [a, b, c]: [u64; 3], rows: usize, d: usize) -> Result<()> {
+        launch!(self, kernel, (rows as u32, 1, 1), (THREADS, 1, 1); a, b, c, d as i32);
         Ok(())
     }
 
@@ -167,8 +191,8 @@ impl Runtime {
         d: usize,
         eps: f32,
     ) -> Result<()> {
-        let name = format!("rmsnorm_fwd_{}", suffix(act));
-        launch!(self, name, (rows as u32, 1, 1), (THREADS, 1, 1); x, w, y, rstd, d as i32, eps);
+        launch!(self, typed("rmsnorm_fwd", act), (rows as u32, 1, 1), (THREADS, 1, 1);
+            x, w, y, rstd, d as i32, eps);
         Ok(())
     }
 
@@ -270,14 +294,7 @@ impl Runtime {
         [a, b, c, d, e]: [u64; 5],
         s: AttnShape,
     ) -> Result<()> {
-        let (name, items) = if heads_vectorized(&s) {
-            (
-                format!("{kernel}_vec_{}", suffix(act)),
-                s.elements() * act.bytes() / 16,
-            )
-        } else {
-            (format!("{kernel}_{}", suffix(act)), s.elements() / 2)
-        };
+        let (name, items) = heads_kernel(kernel, act, &s, s.elements() / 2);
         launch!(self, name, self.stride_grid(items), (THREADS, 1, 1);
             a, b, c, d, e, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
         Ok(())
@@ -285,9 +302,8 @@ impl Runtime {
 
     /// Causal softmax in place over `rows` rows of `ctx` scores.
     pub fn softmax_causal_fwd(&self, act: DType, s: u64, ctx: usize, rows: usize) -> Result<()> {
-        let name = format!("softmax_causal_fwd_{}", suffix(act));
-        let per_block = (THREADS / 32) as usize;
-        launch!(self, name, (rows.div_ceil(per_block) as u32, 1, 1), (THREADS, 1, 1); s, ctx as i32, rows as i64);
+        launch!(self, typed("softmax_causal_fwd", act), warp_per_row(rows), (THREADS, 1, 1);
+            s, ctx as i32, rows as i64);
         Ok(())
     }
 
@@ -300,9 +316,8 @@ impl Runtime {
         ctx: usize,
         rows: usize,
     ) -> Result<()> {
-        let name = format!("softmax_causal_bwd_{}", suffix(act));
-        let per_block = (THREADS / 32) as usize;
-        launch!(self, name, (rows.div_ceil(per_block) as u32, 1, 1), (THREADS, 1, 1); p, dp, ctx as i32, rows as i64);
+        launch!(self, typed("softmax_causal_bwd", act), warp_per_row(rows), (THREADS, 1, 1);
+            p, dp, ctx as i32, rows as i64);
         Ok(())
     }
 
@@ -315,14 +330,7 @@ impl Runtime {
     }
 
     fn move_heads(&self, kernel: &str, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
-        let (name, n) = if heads_vectorized(&s) {
-            (
-                format!("{kernel}_vec_{}", suffix(act)),
-                s.elements() * act.bytes() / 16,
-            )
-        } else {
-            (format!("{kernel}_{}", suffix(act)), s.elements())
-        };
+        let (name, n) = heads_kernel(kernel, act, &s, s.elements());
         launch!(self, name, self.stride_grid(n), (THREADS, 1, 1);
             src, dst, s.batch as i32, s.ctx as i32, s.heads as i32, s.d_head as i32);
         Ok(())
@@ -330,13 +338,13 @@ impl Runtime {
 
     pub fn swiglu_fwd(&self, act: DType, h13: u64, g: u64, rows: usize, d_ff: usize) -> Result<()> {
         if swiglu_vectorized(rows, d_ff) {
-            let name = format!("swiglu_fwd_vec_{}", suffix(act));
-            launch!(self, name, self.stride_grid(rows * d_ff * act.bytes() / 16), (THREADS, 1, 1);
+            let items = rows * d_ff * act.bytes() / 16;
+            launch!(self, typed("swiglu_fwd_vec", act), self.stride_grid(items), (THREADS, 1, 1);
                 h13, g, rows as u32, d_ff as u32);
             return Ok(());
         }
-        let name = format!("swiglu_fwd_{}", suffix(act));
-        launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, g, rows as i64, d_ff as i32);
+        launch!(self, typed("swiglu_fwd", act), self.stride_grid(rows * d_ff), (THREADS, 1, 1);
+            h13, g, rows as i64, d_ff as i32);
         Ok(())
     }
 
@@ -350,13 +358,13 @@ impl Runtime {
         d_ff: usize,
     ) -> Result<()> {
         if swiglu_vectorized(rows, d_ff) {
-            let name = format!("swiglu_bwd_vec_{}", suffix(act));
-            launch!(self, name, self.stride_grid(rows * d_ff * act.bytes() / 16), (THREADS, 1, 1);
+            let items = rows * d_ff * act.bytes() / 16;
+            launch!(self, typed("swiglu_bwd_vec", act), self.stride_grid(items), (THREADS, 1, 1);
                 h13, dg, dh13, rows as u32, d_ff as u32);
             return Ok(());
         }
-        let name = format!("swiglu_bwd_{}", suffix(act));
-        launch!(self, name, self.stride_grid(rows * d_ff), (THREADS, 1, 1); h13, dg, dh13, rows as i64, d_ff as i32);
+        launch!(self, typed("swiglu_bwd", act), self.stride_grid(rows * d_ff), (THREADS, 1, 1);
+            h13, dg, dh13, rows as i64, d_ff as i32);
         Ok(())
     }
 
@@ -373,9 +381,9 @@ impl Runtime {
         rows: usize,
         vocab: usize,
     ) -> Result<()> {
-        let name = format!("cross_entropy_{}", suffix(act));
         let inv_n = 1.0f32 / rows as f32;
-        launch!(self, name, (rows as u32, 1, 1), (512, 1, 1); logits, targets, row_loss, dlogits, vocab as i32, inv_n);
+        launch!(self, typed("cross_entropy", act), (rows as u32, 1, 1), (512, 1, 1);
+            logits, targets, row_loss, dlogits, vocab as i32, inv_n);
         Ok(())
     }
 

@@ -115,10 +115,11 @@ impl TraceSession {
         };
         let mut converter = RecordConverter::new(pid, CuptiTracer::api_name);
         converter.convert(&collected.activities, &mut out);
-        out.kernels.sort_by_key(|k| (k.start, k.correlation_id));
+        out.kernels
+            .sort_by_key(|k| (k.span.start, k.span.correlation_id));
         out.api_calls.sort_by_key(|a| (a.start, a.correlation_id));
-        out.memcpys.sort_by_key(|m| m.start);
-        out.memsets.sort_by_key(|m| m.start);
+        out.memcpys.sort_by_key(|m| m.span.start);
+        out.memsets.sort_by_key(|m| m.span.start);
         let ranges = std::mem::take(&mut *self.ranges.borrow_mut());
         out.ranges = ranges.finish();
         Ok(out)

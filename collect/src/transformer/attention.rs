@@ -177,9 +177,10 @@ impl AttentionCore<'_> {
         v: Input<'_>,
         saved: AttentionSaved,
     ) -> Result<(Buffer, Buffer, Buffer)> {
+        let inputs = [d_out, q, k, v];
         match saved.kept {
-            Kept::Naive { p } => self.naive_backward(d_out, q, k, v, p),
-            Kept::Flash { o, lse } => self.flash_backward(d_out, q, k, v, o, lse),
+            Kept::Naive { p } => self.naive_backward(inputs, p),
+            Kept::Flash { o, lse } => self.flash_backward(inputs, o, lse),
         }
     }
 
@@ -207,10 +208,7 @@ impl AttentionCore<'_> {
 
     fn naive_backward(
         &self,
-        d_out: Input<'_>,
-        q: Input<'_>,
-        k: Input<'_>,
-        v: Input<'_>,
+        [d_out, q, k, v]: [Input<'_>; 4],
         p: Buffer,
     ) -> Result<(Buffer, Buffer, Buffer)> {
         let (act, shape, t) = (self.act, self.shape, self.shape.ctx);
@@ -305,10 +303,7 @@ impl AttentionCore<'_> {
 
     fn flash_backward(
         &self,
-        d_out: Input<'_>,
-        q: Input<'_>,
-        k: Input<'_>,
-        v: Input<'_>,
+        [d_out, q, k, v]: [Input<'_>; 4],
         o: Buffer,
         lse: Buffer,
     ) -> Result<(Buffer, Buffer, Buffer)> {

@@ -250,36 +250,30 @@ impl Model<'_> {
         scratch: Option<&Buffer>,
     ) -> Result<()> {
         let (bt, d) = (self.run.tokens(), self.run.model.d_model);
-        let residual = if accumulate { grad.dx.ptr() } else { 0 };
+        // The same inputs for either path.
+        let [dy, x, rstd] = [dy, x, rstd].map(Buffer::ptr);
+        let (w, dw) = (self.params.at(gain), self.grad(gain).ptr);
+        let (dx, dx_bf16) = (grad.dx.ptr(), grad.bf16_ptr());
+        let residual = if accumulate { dx } else { 0 };
         let parts =
             scratch.filter(|s| d <= NORM_BWD_MAX_D && norm_bwd_parts(bt).1 * d * 4 <= s.bytes());
         if let Some(parts) = parts {
             return self.rt.rmsnorm_bwd_fused(
-                dy.ptr(),
-                x.ptr(),
-                self.params.at(gain),
-                rstd.ptr(),
+                dy,
+                x,
+                w,
+                rstd,
                 residual,
-                grad.dx.ptr(),
-                grad.bf16_ptr(),
-                self.grad(gain).ptr,
+                dx,
+                dx_bf16,
+                dw,
                 parts.ptr(),
                 bt,
                 d,
             );
         }
-        self.rt.rmsnorm_bwd(
-            dy.ptr(),
-            x.ptr(),
-            self.params.at(gain),
-            rstd.ptr(),
-            residual,
-            grad.dx.ptr(),
-            grad.bf16_ptr(),
-            bt,
-            d,
-        )?;
         self.rt
-            .rmsnorm_dw(dy.ptr(), x.ptr(), rstd.ptr(), self.grad(gain).ptr, bt, d)
+            .rmsnorm_bwd(dy, x, w, rstd, residual, dx, dx_bf16, bt, d)?;
+        self.rt.rmsnorm_dw(dy, x, rstd, dw, bt, d)
     }
 }

@@ -22,7 +22,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection};
+use rusqlite::types::ToSql;
+use rusqlite::{params, params_from_iter, Connection, Statement, Transaction};
 
 use super::column::*;
 use super::table::*;
@@ -47,22 +48,22 @@ const EXPORT_VERSION_ROWS: &[(&str, &str)] = &[
 /// A name shared by many records.
 pub type Name = Arc<str>;
 
-/// A kernel execution (`CUPTI_ACTIVITY_KIND_KERNEL`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct KernelRecord {
+/// When and where an operation ran on the GPU, and the API call that launched it: the columns
+/// every GPU record (kernel, memcpy, memset) has, as CUPTI gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuSpan {
     pub start: i64,
     pub end: i64,
     pub device_id: u32,
     pub context_id: u32,
     pub stream_id: u32,
     pub correlation_id: u32,
-    pub pid: u32,
-    /// Demangled name with templates and arguments (`demangledName`).
-    pub name: Name,
-    /// Base function name (`shortName`).
-    pub short_name: Name,
-    /// Raw (mangled) name as the driver knows it (`mangledName`).
-    pub mangled_name: Option<Name>,
+}
+
+/// How a kernel was launched and what it used, as CUPTI's kernel record gives it: the columns of
+/// `CUPTI_ACTIVITY_KIND_KERNEL` besides its span and names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelLaunch {
     pub grid: [i32; 3],
     pub block: [i32; 3],
     pub registers_per_thread: u32,
@@ -74,10 +75,24 @@ pub struct KernelRecord {
     pub shared_memory_executed: u32,
     /// `ENUM_CUDA_KERNEL_LAUNCH_TYPE` (1: regular).
     pub launch_type: u8,
-    /// `ENUM_CUDA_FUNC_CACHE_CONFIG` (executed).
+    /// `ENUM_CUDA_FUNC_CACHE_CONFIG`: the executed configuration.
     pub cache_config: u8,
     /// `ENUM_CUDA_SHARED_MEM_LIMIT_CONFIG`.
     pub shared_memory_limit_config: u8,
+}
+
+/// A kernel execution (`CUPTI_ACTIVITY_KIND_KERNEL`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelRecord {
+    pub span: GpuSpan,
+    pub pid: u32,
+    /// Demangled name with templates and arguments (`demangledName`).
+    pub name: Name,
+    /// Base function name (`shortName`).
+    pub short_name: Name,
+    /// Raw (mangled) name as the driver knows it (`mangledName`).
+    pub mangled_name: Option<Name>,
+    pub launch: KernelLaunch,
 }
 
 /// Which API a call belongs to (nsys's `eventClass`).
@@ -115,12 +130,7 @@ pub struct RangeRecord {
 /// A memcpy executed on the GPU (`CUPTI_ACTIVITY_KIND_MEMCPY`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemcpyRecord {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: u32,
-    pub context_id: u32,
-    pub stream_id: u32,
-    pub correlation_id: u32,
+    pub span: GpuSpan,
     pub pid: u32,
     pub bytes: u64,
     /// `ENUM_CUDA_MEMCPY_OPER` ([`super::copy_kind`]).
@@ -133,12 +143,7 @@ pub struct MemcpyRecord {
 /// A memset executed on the GPU (`CUPTI_ACTIVITY_KIND_MEMSET`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemsetRecord {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: u32,
-    pub context_id: u32,
-    pub stream_id: u32,
-    pub correlation_id: u32,
+    pub span: GpuSpan,
     pub pid: u32,
     pub value: u32,
     pub bytes: u64,
@@ -192,15 +197,15 @@ impl TraceRecords {
         let spans = self
             .kernels
             .iter()
-            .map(|k| (k.start, k.end))
+            .map(|k| (k.span.start, k.span.end))
             .chain(self.api_calls.iter().map(|a| (a.start, a.end)))
             .chain(
                 self.ranges
                     .iter()
                     .map(|r| (r.start, r.end.unwrap_or(r.start))),
             )
-            .chain(self.memcpys.iter().map(|m| (m.start, m.end)))
-            .chain(self.memsets.iter().map(|m| (m.start, m.end)));
+            .chain(self.memcpys.iter().map(|m| (m.span.start, m.span.end)))
+            .chain(self.memsets.iter().map(|m| (m.span.start, m.span.end)));
         spans.fold(None, |acc, (s, e)| match acc {
             None => Some((s, e)),
             Some((a, b)) => Some((a.min(s), b.max(e))),
@@ -267,63 +272,70 @@ fn write_db(tmp: &Path, path: &Path, r: &TraceRecords) -> Result<()> {
     Ok(())
 }
 
-fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Result<()> {
+fn insert_all(tx: &Transaction<'_>, r: &TraceRecords) -> rusqlite::Result<()> {
     let mut strings = StringIds::default();
     let gpid = global_pid(r.process.pid);
 
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {KERNEL} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
-             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {DEMANGLED_NAME}, \
-             {SHORT_NAME}, {MANGLED_NAME}, {LAUNCH_TYPE}, {CACHE_CONFIG}, {REGISTERS_PER_THREAD}, \
-             {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, {BLOCK_Z}, \
-             {STATIC_SHARED_MEMORY}, {DYNAMIC_SHARED_MEMORY}, {LOCAL_MEMORY_PER_THREAD}, \
-             {LOCAL_MEMORY_TOTAL}, {GRID_ID}, {SHARED_MEMORY_EXECUTED}, {GRAPH_NODE_ID}, \
-             {SHARED_MEMORY_LIMIT_CONFIG}) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, \
-             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, NULL, ?26)"
-        ))?;
-        for k in &r.kernels {
+    insert_each(
+        tx,
+        &gpu_insert(
+            KERNEL,
+            &format!(
+                "{DEMANGLED_NAME}, {SHORT_NAME}, {MANGLED_NAME}, {LAUNCH_TYPE}, {CACHE_CONFIG}, \
+                 {REGISTERS_PER_THREAD}, {GRID_X}, {GRID_Y}, {GRID_Z}, {BLOCK_X}, {BLOCK_Y}, \
+                 {BLOCK_Z}, {STATIC_SHARED_MEMORY}, {DYNAMIC_SHARED_MEMORY}, \
+                 {LOCAL_MEMORY_PER_THREAD}, {LOCAL_MEMORY_TOTAL}, {GRID_ID}, \
+                 {SHARED_MEMORY_EXECUTED}, {GRAPH_NODE_ID}, {SHARED_MEMORY_LIMIT_CONFIG}"
+            ),
+            "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, \
+             ?25, NULL, ?26",
+        ),
+        &r.kernels,
+        |st, k| {
             let name = strings.id(&k.name);
             let short = strings.id(&k.short_name);
             let mangled = k.mangled_name.as_ref().map(|m| strings.id(m));
-            st.execute(params![
-                k.start,
-                k.end,
-                k.device_id,
-                k.context_id,
-                k.stream_id,
-                k.correlation_id,
-                global_pid(k.pid),
-                name,
-                short,
-                mangled,
-                k.launch_type,
-                k.cache_config,
-                k.registers_per_thread,
-                k.grid[0],
-                k.grid[1],
-                k.grid[2],
-                k.block[0],
-                k.block[1],
-                k.block[2],
-                k.static_shared_memory,
-                k.dynamic_shared_memory,
-                k.local_memory_per_thread,
-                k.local_memory_total as i64,
-                k.grid_id,
-                k.shared_memory_executed,
-                k.shared_memory_limit_config,
-            ])?;
-        }
-    }
+            let l = &k.launch;
+            let [gx, gy, gz] = &l.grid;
+            let [bx, by, bz] = &l.block;
+            execute_gpu(
+                st,
+                &k.span,
+                k.pid,
+                params![
+                    name,
+                    short,
+                    mangled,
+                    l.launch_type,
+                    l.cache_config,
+                    l.registers_per_thread,
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    l.static_shared_memory,
+                    l.dynamic_shared_memory,
+                    l.local_memory_per_thread,
+                    l.local_memory_total as i64,
+                    l.grid_id,
+                    l.shared_memory_executed,
+                    l.shared_memory_limit_config,
+                ],
+            )
+        },
+    )?;
 
-    {
-        let mut st = tx.prepare(&format!(
+    insert_each(
+        tx,
+        &format!(
             "INSERT INTO {RUNTIME} ({START}, {END}, {EVENT_CLASS}, {GLOBAL_TID}, \
              {CORRELATION_ID}, {NAME_ID}, {RETURN_VALUE}, {CALLCHAIN_ID}) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)"
-        ))?;
-        for a in &r.api_calls {
+        ),
+        &r.api_calls,
+        |st, a| {
             let class = match a.class {
                 ApiClass::Runtime => event_class::CUDA_RUNTIME,
                 ApiClass::Driver => event_class::CUDA_DRIVER,
@@ -336,71 +348,63 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
                 a.correlation_id,
                 strings.id(&a.name),
                 a.return_value,
-            ])?;
-        }
-    }
+            ])
+        },
+    )?;
 
-    {
-        let mut st = tx.prepare(&format!(
+    insert_each(
+        tx,
+        &format!(
             "INSERT INTO {NVTX_EVENTS} ({START}, {END}, {EVENT_TYPE}, {TEXT}, {GLOBAL_TID}, \
              {DOMAIN_ID}) VALUES (?1, ?2, ?3, ?4, ?5, 0)"
-        ))?;
-        for n in &r.ranges {
+        ),
+        &r.ranges,
+        |st, n| {
             st.execute(params![
                 n.start,
                 n.end,
                 event_type::NVTX_PUSH_POP_RANGE,
                 &*n.name,
                 global_tid(n.pid, n.tid),
-            ])?;
-        }
-    }
+            ])
+        },
+    )?;
 
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {MEMCPY} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
-             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {BYTES}, \
-             {COPY_KIND}, {SRC_KIND}, {DST_KIND}, {COPY_COUNT}) \
-             VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1)"
-        ))?;
-        for m in &r.memcpys {
-            st.execute(params![
-                m.start,
-                m.end,
-                m.device_id,
-                m.context_id,
-                m.stream_id,
-                m.correlation_id,
-                global_pid(m.pid),
-                m.bytes as i64,
-                m.copy_kind,
-                m.src_kind,
-                m.dst_kind,
-            ])?;
-        }
-    }
+    insert_each(
+        tx,
+        &gpu_insert(
+            MEMCPY,
+            &format!("{BYTES}, {COPY_KIND}, {SRC_KIND}, {DST_KIND}, {COPY_COUNT}"),
+            "?8, ?9, ?10, ?11, 1",
+        ),
+        &r.memcpys,
+        |st, m| {
+            execute_gpu(
+                st,
+                &m.span,
+                m.pid,
+                params![m.bytes as i64, m.copy_kind, m.src_kind, m.dst_kind],
+            )
+        },
+    )?;
 
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {MEMSET} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, \
-             {GREEN_CONTEXT_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {VALUE}, {BYTES}, \
-             {MEM_KIND}) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10)"
-        ))?;
-        for m in &r.memsets {
-            st.execute(params![
-                m.start,
-                m.end,
-                m.device_id,
-                m.context_id,
-                m.stream_id,
-                m.correlation_id,
-                global_pid(m.pid),
-                m.value,
-                m.bytes as i64,
-                m.mem_kind,
-            ])?;
-        }
-    }
+    insert_each(
+        tx,
+        &gpu_insert(
+            MEMSET,
+            &format!("{VALUE}, {BYTES}, {MEM_KIND}"),
+            "?8, ?9, ?10",
+        ),
+        &r.memsets,
+        |st, m| {
+            execute_gpu(
+                st,
+                &m.span,
+                m.pid,
+                params![m.value, m.bytes as i64, m.mem_kind],
+            )
+        },
+    )?;
 
     for g in &r.gpus {
         tx.execute(
@@ -437,9 +441,10 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
     let streams: BTreeSet<(u32, u32)> = r
         .kernels
         .iter()
-        .map(|k| (k.stream_id, k.context_id))
-        .chain(r.memcpys.iter().map(|m| (m.stream_id, m.context_id)))
-        .chain(r.memsets.iter().map(|m| (m.stream_id, m.context_id)))
+        .map(|k| &k.span)
+        .chain(r.memcpys.iter().map(|m| &m.span))
+        .chain(r.memsets.iter().map(|m| &m.span))
+        .map(|s| (s.stream_id, s.context_id))
         .collect();
     for (stream, context) in streams {
         tx.execute(
@@ -486,42 +491,75 @@ fn insert_all(tx: &rusqlite::Transaction<'_>, r: &TraceRecords) -> rusqlite::Res
         )?;
     }
 
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {STRING_IDS} ({ID}, {VALUE}) VALUES (?1, ?2)"
-        ))?;
-        for (id, s) in strings.order.iter().enumerate() {
-            st.execute(params![id as i64, &**s])?;
-        }
-    }
-
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {META_DATA_EXPORT} ({NAME}, {VALUE}) VALUES (?1, ?2)"
-        ))?;
-        for (name, value) in EXPORT_VERSION_ROWS {
-            st.execute(params![name, value])?;
-        }
-        st.execute(params![
-            metadata::EXPORT_WRITER,
-            concat!("collect ", env!("CARGO_PKG_VERSION"))
-        ])?;
-        let mut capture = tx.prepare(&format!(
-            "INSERT INTO {META_DATA_CAPTURE} ({NAME}, {VALUE}) VALUES (?1, ?2)"
-        ))?;
-        capture.execute(params![metadata::CAPTURE_EVENT_TYPE, "NvtxEvents"])?;
-        capture.execute(params![metadata::CAPTURE_EVENT_TYPE, "Cuda"])?;
-    }
-
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO {RUN_METADATA} ({NAME}, {VALUE}) VALUES (?1, ?2)"
-        ))?;
-        for (name, value) in r.run.entries() {
-            st.execute(params![name, value])?;
-        }
+    insert_each(
+        tx,
+        &format!("INSERT INTO {STRING_IDS} ({ID}, {VALUE}) VALUES (?1, ?2)"),
+        strings.order.iter().enumerate(),
+        |st, (id, s)| st.execute(params![id as i64, &**s]),
+    )?;
+    let writer = (
+        metadata::EXPORT_WRITER,
+        concat!("collect ", env!("CARGO_PKG_VERSION")),
+    );
+    let captured = ["NvtxEvents", "Cuda"].map(|v| (metadata::CAPTURE_EVENT_TYPE, v));
+    for (table, pairs) in [
+        (META_DATA_EXPORT, [EXPORT_VERSION_ROWS, &[writer]].concat()),
+        (META_DATA_CAPTURE, captured.to_vec()),
+        (RUN_METADATA, r.run.entries().collect()),
+    ] {
+        insert_each(
+            tx,
+            &format!("INSERT INTO {table} ({NAME}, {VALUE}) VALUES (?1, ?2)"),
+            pairs,
+            |st, (name, value)| st.execute(params![name, value]),
+        )?;
     }
     Ok(())
+}
+
+/// Prepare `sql` once and run `insert` with it for each of `rows`.
+fn insert_each<T>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    rows: impl IntoIterator<Item = T>,
+    mut insert: impl FnMut(&mut Statement<'_>, T) -> rusqlite::Result<usize>,
+) -> rusqlite::Result<()> {
+    let mut st = tx.prepare(sql)?;
+    for row in rows {
+        insert(&mut st, row)?;
+    }
+    Ok(())
+}
+
+/// An insert into the GPU table `table`: the [`GpuSpan`] and the process as `?1` to `?7` (see
+/// [`execute_gpu`]), `GREEN_CONTEXT_ID` 0, then the table's own `columns` with their `values`.
+fn gpu_insert(table: &str, columns: &str, values: &str) -> String {
+    format!(
+        "INSERT INTO {table} ({START}, {END}, {DEVICE_ID}, {CONTEXT_ID}, {GREEN_CONTEXT_ID}, \
+         {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, {columns}) \
+         VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, {values})"
+    )
+}
+
+/// Run a [`gpu_insert`] for an operation of process `pid` during `span`, with the table's own
+/// values `rest` (`?8` on).
+fn execute_gpu(
+    st: &mut Statement<'_>,
+    span: &GpuSpan,
+    pid: u32,
+    rest: &[&dyn ToSql],
+) -> rusqlite::Result<usize> {
+    let gpid = global_pid(pid);
+    let shared: [&dyn ToSql; 7] = [
+        &span.start,
+        &span.end,
+        &span.device_id,
+        &span.context_id,
+        &span.stream_id,
+        &span.correlation_id,
+        &gpid,
+    ];
+    st.execute(params_from_iter(shared.iter().chain(rest)))
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) for nanoseconds since the Unix epoch.
@@ -563,6 +601,14 @@ mod tests {
     #[test]
     fn what_the_writer_writes_the_reader_reads() {
         let name = |s: &str| -> Name { Arc::from(s) };
+        let kernel = GpuSpan {
+            start: 2_000,
+            end: 2_500,
+            device_id: 0,
+            context_id: 1,
+            stream_id: 7,
+            correlation_id: 3,
+        };
         let mut run = RunMetadata::new();
         run.set("model", "small").set("ctx", 128);
         let records = TraceRecords {
@@ -572,28 +618,25 @@ mod tests {
                 threads: vec![(8, "collect".into())],
             },
             kernels: vec![KernelRecord {
-                start: 2_000,
-                end: 2_500,
-                device_id: 0,
-                context_id: 1,
-                stream_id: 7,
-                correlation_id: 3,
+                span: kernel,
                 pid: 7,
                 name: name("void f<(int)4>(float *)"),
                 short_name: name("f"),
                 mangled_name: Some(name("_Z1fILi4EEvPf")),
-                grid: [80, 1, 1],
-                block: [128, 1, 1],
-                registers_per_thread: 40,
-                static_shared_memory: 512,
-                dynamic_shared_memory: 8192,
-                local_memory_per_thread: 0,
-                local_memory_total: 0,
-                grid_id: 1,
-                shared_memory_executed: 0,
-                launch_type: 1,
-                cache_config: 1,
-                shared_memory_limit_config: 0,
+                launch: KernelLaunch {
+                    grid: [80, 1, 1],
+                    block: [128, 1, 1],
+                    registers_per_thread: 40,
+                    static_shared_memory: 512,
+                    dynamic_shared_memory: 8192,
+                    local_memory_per_thread: 0,
+                    local_memory_total: 0,
+                    grid_id: 1,
+                    shared_memory_executed: 0,
+                    launch_type: 1,
+                    cache_config: 1,
+                    shared_memory_limit_config: 0,
+                },
             }],
             api_calls: vec![ApiRecord {
                 start: 1_000,
@@ -613,12 +656,12 @@ mod tests {
                 tid: 8,
             }],
             memcpys: vec![MemcpyRecord {
-                start: 3_100,
-                end: 3_200,
-                device_id: 0,
-                context_id: 1,
-                stream_id: 7,
-                correlation_id: 4,
+                span: GpuSpan {
+                    start: 3_100,
+                    end: 3_200,
+                    correlation_id: 4,
+                    ..kernel
+                },
                 pid: 7,
                 bytes: 4096,
                 copy_kind: 2,
@@ -626,12 +669,12 @@ mod tests {
                 dst_kind: super::super::mem_kind::PINNED,
             }],
             memsets: vec![MemsetRecord {
-                start: 3_300,
-                end: 3_400,
-                device_id: 0,
-                context_id: 1,
-                stream_id: 7,
-                correlation_id: 5,
+                span: GpuSpan {
+                    start: 3_300,
+                    end: 3_400,
+                    correlation_id: 5,
+                    ..kernel
+                },
                 pid: 7,
                 value: 0,
                 bytes: 512,

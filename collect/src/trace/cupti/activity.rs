@@ -10,6 +10,8 @@ use std::sync::Arc;
 use cudarc::cupti::sys;
 
 use analyze::formats::nsys_sqlite::write::Name;
+// The writer's own types: a record's span and launch are copied into the trace as they are.
+pub use analyze::formats::nsys_sqlite::write::{GpuSpan, KernelLaunch};
 
 /// The API a call record belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,24 +20,12 @@ pub enum ApiDomain {
     Runtime,
 }
 
-/// When and where an operation ran on the GPU, and the call that launched it: the fields every
-/// GPU record (kernel, memcpy, memset) has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GpuSpan {
-    pub start: u64,
-    pub end: u64,
-    pub device_id: u32,
-    pub context_id: u32,
-    pub stream_id: u32,
-    pub correlation_id: u32,
-}
-
 /// The [`GpuSpan`] of a CUPTI GPU record (every kind names these fields alike).
 macro_rules! gpu_span {
     ($r:expr) => {
         GpuSpan {
-            start: $r.start,
-            end: $r.end,
+            start: $r.start as i64,
+            end: $r.end as i64,
             device_id: $r.deviceId,
             context_id: $r.contextId,
             stream_id: $r.streamId,
@@ -48,19 +38,7 @@ macro_rules! gpu_span {
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelActivity {
     pub span: GpuSpan,
-    pub grid: [i32; 3],
-    pub block: [i32; 3],
-    pub registers_per_thread: u16,
-    pub static_shared_memory: i32,
-    pub dynamic_shared_memory: i32,
-    pub local_memory_per_thread: u32,
-    pub local_memory_total: u64,
-    pub grid_id: i64,
-    pub shared_memory_executed: u32,
-    pub launch_type: u8,
-    /// The executed cache configuration (high nibble of CUPTI's `cacheConfig`).
-    pub cache_config: u8,
-    pub shared_memory_limit_config: u32,
+    pub launch: KernelLaunch,
     /// The name as the driver knows it (mangled for C++ kernels).
     pub name: Name,
 }
@@ -169,18 +147,21 @@ pub unsafe fn activity_from_record(
             let cache = unsafe { r.cacheConfig.both };
             Some(Activity::Kernel(KernelActivity {
                 span: gpu_span!(r),
-                grid: [r.gridX, r.gridY, r.gridZ],
-                block: [r.blockX, r.blockY, r.blockZ],
-                registers_per_thread: r.registersPerThread,
-                static_shared_memory: r.staticSharedMemory,
-                dynamic_shared_memory: r.dynamicSharedMemory,
-                local_memory_per_thread: r.localMemoryPerThread,
-                local_memory_total: r.localMemoryTotal_v2,
-                grid_id: r.gridId,
-                shared_memory_executed: r.sharedMemoryExecuted,
-                launch_type: r.launchType,
-                cache_config: cache >> 4,
-                shared_memory_limit_config: r.shmemLimitConfig as u32,
+                launch: KernelLaunch {
+                    grid: [r.gridX, r.gridY, r.gridZ],
+                    block: [r.blockX, r.blockY, r.blockZ],
+                    registers_per_thread: r.registersPerThread.into(),
+                    static_shared_memory: r.staticSharedMemory,
+                    dynamic_shared_memory: r.dynamicSharedMemory,
+                    local_memory_per_thread: r.localMemoryPerThread,
+                    local_memory_total: r.localMemoryTotal_v2,
+                    grid_id: r.gridId,
+                    shared_memory_executed: r.sharedMemoryExecuted,
+                    launch_type: r.launchType,
+                    // The executed configuration: the high nibble of CUPTI's.
+                    cache_config: cache >> 4,
+                    shared_memory_limit_config: (r.shmemLimitConfig as u32).min(255) as u8,
+                },
                 // SAFETY: the caller guarantees the name.
                 name: unsafe { names.get(r.name) },
             }))

@@ -91,28 +91,12 @@ impl RecordConverter {
                     }
                 };
                 out.kernels.push(KernelRecord {
-                    start: k.span.start as i64,
-                    end: k.span.end as i64,
-                    device_id: k.span.device_id,
-                    context_id: k.span.context_id,
-                    stream_id: k.span.stream_id,
-                    correlation_id: k.span.correlation_id,
+                    span: k.span,
                     pid: self.pid,
                     name,
                     short_name: short,
                     mangled_name: Some(k.name.clone()),
-                    grid: k.grid,
-                    block: k.block,
-                    registers_per_thread: k.registers_per_thread as u32,
-                    static_shared_memory: k.static_shared_memory,
-                    dynamic_shared_memory: k.dynamic_shared_memory,
-                    local_memory_per_thread: k.local_memory_per_thread,
-                    local_memory_total: k.local_memory_total,
-                    grid_id: k.grid_id,
-                    shared_memory_executed: k.shared_memory_executed,
-                    launch_type: k.launch_type,
-                    cache_config: k.cache_config,
-                    shared_memory_limit_config: k.shared_memory_limit_config.min(255) as u8,
+                    launch: k.launch,
                 });
             }
             Activity::Api(c) => {
@@ -140,12 +124,7 @@ impl RecordConverter {
                 });
             }
             Activity::Memcpy(m) => out.memcpys.push(MemcpyRecord {
-                start: m.span.start as i64,
-                end: m.span.end as i64,
-                device_id: m.span.device_id,
-                context_id: m.span.context_id,
-                stream_id: m.span.stream_id,
-                correlation_id: m.span.correlation_id,
+                span: m.span,
                 pid: self.pid,
                 bytes: m.bytes,
                 // CUPTI's and nsys's copy kinds share their numbering.
@@ -154,12 +133,7 @@ impl RecordConverter {
                 dst_kind: nsys_memory_kind(m.dst_kind as u16),
             }),
             Activity::Memset(m) => out.memsets.push(MemsetRecord {
-                start: m.span.start as i64,
-                end: m.span.end as i64,
-                device_id: m.span.device_id,
-                context_id: m.span.context_id,
-                stream_id: m.span.stream_id,
-                correlation_id: m.span.correlation_id,
+                span: m.span,
                 pid: self.pid,
                 value: m.value,
                 bytes: m.bytes,
