@@ -224,9 +224,12 @@ fn synthetic_trace_reads_back_through_analyze() {
         assert_eq!(t.name(got.name), &*want.name);
         assert_eq!(t.name(got.short_name), &*want.short_name);
         assert_eq!(got.duration().0, want.span.end - want.span.start);
-        assert_eq!(got.start.0, want.span.start);
-        assert_eq!(got.correlation_id, want.span.correlation_id as u64);
-        assert_eq!((got.device, got.stream, got.pid), (0, 7, PID));
+        assert_eq!(got.span.start.0, want.span.start);
+        assert_eq!(got.span.correlation_id, want.span.correlation_id as u64);
+        assert_eq!(
+            (got.span.device, got.span.stream, got.span.pid),
+            (0, 7, PID)
+        );
         assert_eq!(got.grid, [want.launch.grid[0] as u32, 2, 1]);
         assert_eq!(got.block, [256, 1, 1]);
         assert_eq!(got.registers_per_thread, 32);

@@ -51,10 +51,10 @@ fn launched_inside(t: &Trace, range: &str) -> Vec<usize> {
     t.kernels
         .iter()
         .enumerate()
-        .filter(|(_, k)| k.pid == r.pid)
+        .filter(|(_, k)| k.span.pid == r.pid)
         .filter(|(_, k)| {
             launch
-                .get(&k.correlation_id)
+                .get(&k.span.correlation_id)
                 .is_some_and(|&s| r.start <= s && s <= r.end)
         })
         .map(|(i, _)| i)
@@ -170,21 +170,27 @@ fn kineto_small_ctx128_train_fp32_loads_every_category() {
 
     // The first kernel: ts 4457142100982.187 µs, dur 2.464 µs.
     let k = &t.kernels[0];
-    assert_eq!(k.start, Nanos(4_457_142_100_982_187));
+    assert_eq!(k.span.start, Nanos(4_457_142_100_982_187));
     assert_eq!(k.duration(), Nanos(2464));
     assert_eq!(t.name(k.short_name), "vectorized_gather_kernel");
-    assert_eq!((k.device, k.stream, k.correlation_id), (0, 7, 10));
+    assert_eq!(
+        (k.span.device, k.span.stream, k.span.correlation_id),
+        (0, 7, 10)
+    );
     assert_eq!(
         (k.grid, k.block, k.registers_per_thread),
         ([512, 1, 1], [192, 1, 1], 32)
     );
     // Every kernel was launched by process 633 (from the main thread or autograd's).
-    assert!(t.kernels.iter().all(|k| k.pid == 633));
+    assert!(t.kernels.iter().all(|k| k.span.pid == 633));
     assert_eq!(
         t.kernels.iter().map(|k| k.duration()).sum::<Nanos>(),
         Nanos(18_912_074)
     );
-    assert!(t.kernels.windows(2).all(|w| w[0].start <= w[1].start));
+    assert!(t
+        .kernels
+        .windows(2)
+        .all(|w| w[0].span.start <= w[1].span.start));
 
     // Two CPU annotations and the GPU copy of one of them, in its own domain.
     let labels: Vec<String> = t.ranges.iter().map(|r| t.range_label(r)).collect();
@@ -268,7 +274,7 @@ fn public_kineto_traces_load() {
         assert!(
             t.kernels
                 .iter()
-                .all(|k| launched.contains(&k.correlation_id)),
+                .all(|k| launched.contains(&k.span.correlation_id)),
             "{file}"
         );
     }
@@ -295,7 +301,7 @@ fn rocm_trace_keeps_hip_calls_and_device_numbers() {
     assert!(t
         .kernels
         .iter()
-        .all(|k| k.device == 2 && k.pid == 3_182_306));
+        .all(|k| k.span.device == 2 && k.span.pid == 3_182_306));
     assert!(t
         .kernels
         .iter()

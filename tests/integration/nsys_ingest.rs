@@ -27,5 +27,8 @@ fn torch_small_ctx128_train_fp32_loads_every_table() {
     ] {
         assert!(names.contains(n), "{n} missing");
     }
-    assert!(t.kernels.windows(2).all(|w| w[0].start <= w[1].start));
+    assert!(t
+        .kernels
+        .windows(2)
+        .all(|w| w[0].span.start <= w[1].span.start));
 }

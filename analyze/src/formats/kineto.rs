@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::formats::nsys_sqlite::short_name;
 use crate::model::trace::{
     ApiCall, ApiKind, Bytes, Gpu, Kernel, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
-    SourceFormat, Strings, Trace,
+    SourceFormat, Span, Strings, Trace,
 };
 
 /// Domain given to `gpu_user_annotation` ranges, so they are told apart from the CPU ranges of
@@ -244,6 +244,15 @@ impl Reader {
             .as_ref()
             .and_then(as_u64)
             .map_or(tid, |s| s as u32);
+        // The launching process is found once every call is read (`finish`).
+        let span = Span {
+            start,
+            end,
+            device,
+            stream,
+            correlation_id,
+            pid: 0,
+        };
         match cat {
             Category::Kernel => {
                 self.note("kernel");
@@ -251,12 +260,7 @@ impl Reader {
                 let short = self.strings.intern(&short_name(name));
                 let shared = args.shared_memory.as_ref().and_then(as_u64).unwrap_or(0);
                 self.kernels.push(Kernel {
-                    start,
-                    end,
-                    device,
-                    stream,
-                    correlation_id,
-                    pid: 0,
+                    span,
                     name: name_id,
                     short_name: short,
                     mangled_name: None,
@@ -278,12 +282,7 @@ impl Reader {
                     copy_kind(name)
                 };
                 self.mem_ops.push(MemOp {
-                    start,
-                    end,
-                    device,
-                    stream,
-                    correlation_id,
-                    pid: 0,
+                    span,
                     kind,
                     bytes: Bytes(args.bytes.as_ref().and_then(as_u64).unwrap_or(0)),
                 });
@@ -401,10 +400,16 @@ impl Reader {
             .collect();
         let fallback = main_process(&self.api_calls, &self.ranges);
         for k in &mut self.kernels {
-            k.pid = launcher.get(&k.correlation_id).copied().unwrap_or(fallback);
+            k.span.pid = launcher
+                .get(&k.span.correlation_id)
+                .copied()
+                .unwrap_or(fallback);
         }
         for m in &mut self.mem_ops {
-            m.pid = launcher.get(&m.correlation_id).copied().unwrap_or(fallback);
+            m.span.pid = launcher
+                .get(&m.span.correlation_id)
+                .copied()
+                .unwrap_or(fallback);
         }
         for g in self.gpu_ranges.drain(..) {
             let mut r = g.range;
@@ -670,14 +675,17 @@ mod tests {
         let t = parse(Path::new("t.json"), json).unwrap();
         assert_eq!(t.kernels.len(), 1);
         let k = &t.kernels[0];
-        assert_eq!((k.start, k.end), (Nanos(11_000), Nanos(13_250)));
-        assert_eq!((k.device, k.stream, k.pid), (0, 4, 7));
+        assert_eq!((k.span.start, k.span.end), (Nanos(11_000), Nanos(13_250)));
+        assert_eq!((k.span.device, k.span.stream, k.span.pid), (0, 4, 7));
         assert_eq!(t.name(k.short_name), "foo");
         assert_eq!(k.grid, [2, 1, 1]);
         assert_eq!(t.api_calls[0].kind, ApiKind::Runtime);
         assert_eq!(t.mem_ops[0].kind, MemOpKind::HostToDevice);
         assert_eq!(t.mem_ops[0].bytes, Bytes(64));
-        assert_eq!(t.mem_ops[0].pid, 7, "no launching call: the main process");
+        assert_eq!(
+            t.mem_ops[0].span.pid, 7,
+            "no launching call: the main process"
+        );
         assert!(t.source.missing.contains(&"user_annotation".to_owned()));
     }
 

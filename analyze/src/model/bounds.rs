@@ -43,7 +43,10 @@ pub fn check(trace: &mut Trace) -> Result<(), String> {
     }
     spans(
         "kernels",
-        trace.kernels.iter_mut().map(|k| (&mut k.start, &mut k.end)),
+        trace
+            .kernels
+            .iter_mut()
+            .map(|k| (&mut k.span.start, &mut k.span.end)),
     )?;
     spans(
         "CUDA API calls",
@@ -62,7 +65,10 @@ pub fn check(trace: &mut Trace) -> Result<(), String> {
     )?;
     spans(
         "memory operations",
-        trace.mem_ops.iter_mut().map(|m| (&mut m.start, &mut m.end)),
+        trace
+            .mem_ops
+            .iter_mut()
+            .map(|m| (&mut m.span.start, &mut m.span.end)),
     )?;
     if let Some(m) = trace
         .marks

@@ -165,15 +165,30 @@ impl Source {
     }
 }
 
-/// A GPU kernel execution.
-#[derive(Clone, Debug, Serialize)]
-pub struct Kernel {
+/// When and where a piece of GPU work ran, and which process's call launched it: what kernels,
+/// memory operations and graph executions share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Span {
     pub start: Nanos,
     pub end: Nanos,
     pub device: u32,
     pub stream: u32,
+    /// Links the work to the API call that launched it (per process).
     pub correlation_id: u64,
     pub pid: u32,
+}
+
+impl Span {
+    pub fn duration(&self) -> Nanos {
+        self.end - self.start
+    }
+}
+
+/// A GPU kernel execution.
+#[derive(Clone, Debug, Serialize)]
+pub struct Kernel {
+    #[serde(flatten)]
+    pub span: Span,
     /// Demangled name (`void at::native::elementwise_kernel<...>(...)`).
     pub name: StrId,
     /// Short name (`elementwise_kernel`).
@@ -192,7 +207,7 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn duration(&self) -> Nanos {
-        self.end - self.start
+        self.span.end - self.span.start
     }
 }
 
@@ -200,13 +215,9 @@ impl Kernel {
 /// graph launch's span on the GPU and not the kernels inside it.
 #[derive(Clone, Debug, Serialize)]
 pub struct GraphExec {
-    pub start: Nanos,
-    pub end: Nanos,
-    pub device: u32,
-    pub stream: u32,
-    /// The correlation id of the launch call (`cudaGraphLaunch`).
-    pub correlation_id: u64,
-    pub pid: u32,
+    /// Its correlation id is the launch call's (`cudaGraphLaunch`).
+    #[serde(flatten)]
+    pub span: Span,
     /// The graph it was instantiated from, and the executable graph.
     pub graph_id: u64,
     pub graph_exec_id: u64,
@@ -214,7 +225,7 @@ pub struct GraphExec {
 
 impl GraphExec {
     pub fn duration(&self) -> Nanos {
-        self.end - self.start
+        self.span.end - self.span.start
     }
 
     /// How tables name a graph execution: `[CUDA graph 4]`, beside nsys's `[CUDA memcpy ...]`
@@ -346,19 +357,15 @@ impl MemOpKind {
 /// A memcpy or memset executed on the GPU.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemOp {
-    pub start: Nanos,
-    pub end: Nanos,
-    pub device: u32,
-    pub stream: u32,
-    pub correlation_id: u64,
-    pub pid: u32,
+    #[serde(flatten)]
+    pub span: Span,
     pub kind: MemOpKind,
     pub bytes: Bytes,
 }
 
 impl MemOp {
     pub fn duration(&self) -> Nanos {
-        self.end - self.start
+        self.span.end - self.span.start
     }
 }
 
@@ -428,13 +435,13 @@ impl Trace {
 
     /// Sort every event list by start time (stable, so file order breaks ties).
     pub fn sort(&mut self) {
-        self.kernels.sort_by_key(|k| k.start);
+        self.kernels.sort_by_key(|k| k.span.start);
         self.api_calls.sort_by_key(|c| c.start);
         self.ranges.sort_by_key(|r| r.start);
         self.open_ranges.sort_by_key(|r| r.start);
         self.marks.sort_by_key(|m| m.time);
-        self.mem_ops.sort_by_key(|m| m.start);
-        self.graph_execs.sort_by_key(|g| g.start);
+        self.mem_ops.sort_by_key(|m| m.span.start);
+        self.graph_execs.sort_by_key(|g| g.span.start);
     }
 }
 

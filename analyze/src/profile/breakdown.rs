@@ -174,19 +174,26 @@ impl<'a> HostActivity<'a> {
 #[cfg(test)]
 mod tests {
     use crate::kernels::class::Classifier;
-    use crate::model::trace::{Kernel, MemOp, MemOpKind, Nanos, Source, SourceFormat, Trace};
+    use crate::model::trace::{Kernel, MemOp, MemOpKind, Nanos, Source, SourceFormat, Span, Trace};
     use crate::model::Bytes;
     use crate::profile::{profile, ProfileOptions};
 
-    fn kernel(t: &mut Trace, name: &str, start: i64, end: i64) -> Kernel {
-        let name = t.strings.intern(name);
-        Kernel {
+    /// Work of process 1 on stream 7 of device 0.
+    fn span(start: i64, end: i64) -> Span {
+        Span {
             start: Nanos(start),
             end: Nanos(end),
             device: 0,
             stream: 7,
             correlation_id: 0,
             pid: 1,
+        }
+    }
+
+    fn kernel(t: &mut Trace, name: &str, start: i64, end: i64) -> Kernel {
+        let name = t.strings.intern(name);
+        Kernel {
+            span: span(start, end),
             name,
             short_name: name,
             mangled_name: None,
@@ -201,12 +208,7 @@ mod tests {
 
     fn mem_op(start: i64, end: i64, kind: MemOpKind) -> MemOp {
         MemOp {
-            start: Nanos(start),
-            end: Nanos(end),
-            device: 0,
-            stream: 7,
-            correlation_id: 0,
-            pid: 1,
+            span: span(start, end),
             kind,
             bytes: Bytes(4),
         }
@@ -257,8 +259,8 @@ mod tests {
             .enumerate()
         {
             let mut k = kernel(&mut t, "gemm_kernel", s, e);
-            k.pid = pid;
-            k.correlation_id = i as u64 + 1;
+            k.span.pid = pid;
+            k.span.correlation_id = i as u64 + 1;
             kernels.push(k);
             t.api_calls.push(ApiCall {
                 start: Nanos(s - 1),

@@ -101,7 +101,7 @@ pub fn graph_summary(
     let mut launches = traced.clone();
     let mut s = GraphSummary::default();
     for (i, g) in trace.graph_execs.iter().enumerate() {
-        launches.insert((g.pid, g.correlation_id));
+        launches.insert((g.span.pid, g.span.correlation_id));
         if untraced[i] {
             s.untraced_launches += 1;
             s.graph_ns = s.graph_ns.saturating_add(g.duration().0);

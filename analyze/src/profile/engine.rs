@@ -141,11 +141,11 @@ pub(super) fn run<S: TraceSource>(
     let mut rest = WorkChunk::default();
     let mem_ops = (trace.mem_ops.iter()).map(|m| {
         Work::of(
-            m.start,
-            m.end,
-            m.device,
-            m.pid,
-            m.correlation_id,
+            m.span.start,
+            m.span.end,
+            m.span.device,
+            m.span.pid,
+            m.span.correlation_id,
             What::MemOp(m.kind),
         )
     });
@@ -153,7 +153,14 @@ pub(super) fn run<S: TraceSource>(
         .filter(|(_, &untraced)| untraced)
         .map(|(g, _)| {
             let what = What::Graph(g.graph_id);
-            Work::of(g.start, g.end, g.device, g.pid, g.correlation_id, what)
+            Work::of(
+                g.span.start,
+                g.span.end,
+                g.span.device,
+                g.span.pid,
+                g.span.correlation_id,
+                what,
+            )
         });
     for w in mem_ops.chain(graphs) {
         plan.work(&mut rest, &launches, w);
@@ -205,8 +212,13 @@ fn restrict<S: TraceSource>(
     source.check_bounds()?;
     let count: usize = kernels.iter().map(|k| k.0).sum();
     let mut ops: BTreeSet<(u32, u32)> = kernels.into_iter().flat_map(|k| k.1).collect();
-    ops.extend(trace.mem_ops.iter().map(|m| (m.device, m.pid)));
-    ops.extend(trace.graph_execs.iter().map(|g| (g.device, g.pid)));
+    ops.extend(trace.mem_ops.iter().map(|m| (m.span.device, m.span.pid)));
+    ops.extend(
+        trace
+            .graph_execs
+            .iter()
+            .map(|g| (g.span.device, g.span.pid)),
+    );
     if strict {
         if count == 0 {
             return Err(no_kernels(source));
@@ -221,10 +233,12 @@ fn restrict<S: TraceSource>(
     let keep_host = |p: u32| {
         filter.process.is_none_or(|x| x == p) && (filter.device.is_none() || processes.contains(&p))
     };
-    trace.mem_ops.retain(|m| filter.keep_op(m.device, m.pid));
+    trace
+        .mem_ops
+        .retain(|m| filter.keep_op(m.span.device, m.span.pid));
     trace
         .graph_execs
-        .retain(|g| filter.keep_op(g.device, g.pid));
+        .retain(|g| filter.keep_op(g.span.device, g.span.pid));
     trace.ranges.retain(|r| keep_host(r.pid));
     trace.open_ranges.retain(|r| keep_host(r.pid));
     trace.marks.retain(|m| keep_host(m.pid));

@@ -73,7 +73,7 @@ impl std::str::FromStr for Attribution {
 pub fn untraced(graph_execs: &[GraphExec], traced: &HashSet<(u32, u64)>) -> Vec<bool> {
     graph_execs
         .iter()
-        .map(|g| !traced.contains(&(g.pid, g.correlation_id)))
+        .map(|g| !traced.contains(&(g.span.pid, g.span.correlation_id)))
         .collect()
 }
 
@@ -86,7 +86,7 @@ pub fn untraced_graphs(trace: &Trace) -> Vec<bool> {
         .kernels
         .iter()
         .filter(|k| k.graph_node_id.is_some())
-        .map(|k| (k.pid, k.correlation_id))
+        .map(|k| (k.span.pid, k.span.correlation_id))
         .collect();
     untraced(&trace.graph_execs, &traced)
 }

@@ -154,11 +154,11 @@ impl TraceSource for LoadedSource<'_> {
         Ok(in_chunks(&self.trace.kernels, init, |s, k| {
             let names = (k.name, k.short_name, k.mangled_name.filter(|_| mangled));
             let kernel = KernelRow {
-                start: k.start.0,
-                end: k.end.0,
-                device: k.device,
-                pid: k.pid,
-                correlation_id: k.correlation_id,
+                start: k.span.start.0,
+                end: k.span.end.0,
+                device: k.span.device,
+                pid: k.span.pid,
+                correlation_id: k.span.correlation_id,
                 names: &names,
                 graph_node: k.graph_node_id.filter(|_| graph_node).map(|n| n as i64),
             };

@@ -244,7 +244,7 @@ fn collective_ends(trace: &Trace, classifier: &Classifier) -> Vec<i64> {
                 classifier.classify(trace.name(k.name)) == KernelClass::Communication
             })
         })
-        .map(|k| k.end.0)
+        .map(|k| k.span.end.0)
         .collect();
     ends.sort_unstable();
     ends
@@ -309,17 +309,17 @@ impl Taken {
         let pids: BTreeSet<u32> = trace
             .kernels
             .iter()
-            .map(|k| k.pid)
+            .map(|k| k.span.pid)
             .chain(trace.api_calls.iter().map(|c| c.pid))
             .chain(trace.ranges.iter().map(|r| r.pid))
-            .chain(trace.mem_ops.iter().map(|m| m.pid))
+            .chain(trace.mem_ops.iter().map(|m| m.span.pid))
             .collect();
         let devices: BTreeSet<u32> = trace
             .kernels
             .iter()
-            .map(|k| k.device)
-            .chain(trace.mem_ops.iter().map(|m| m.device))
-            .chain(trace.graph_execs.iter().map(|g| g.device))
+            .map(|k| k.span.device)
+            .chain(trace.mem_ops.iter().map(|m| m.span.device))
+            .chain(trace.graph_execs.iter().map(|g| g.span.device))
             .collect();
         let pid_map = fresh(&pids, &mut self.pids);
         let device_map = fresh(&devices, &mut self.devices);
@@ -333,16 +333,16 @@ impl Taken {
         let pid = |p: &mut u32| *p = pid_map.get(p).copied().unwrap_or(*p);
         let dev = |d: &mut u32| *d = device_map.get(d).copied().unwrap_or(*d);
         for k in &mut trace.kernels {
-            pid(&mut k.pid);
-            dev(&mut k.device);
+            pid(&mut k.span.pid);
+            dev(&mut k.span.device);
         }
         for m in &mut trace.mem_ops {
-            pid(&mut m.pid);
-            dev(&mut m.device);
+            pid(&mut m.span.pid);
+            dev(&mut m.span.device);
         }
         for g in &mut trace.graph_execs {
-            pid(&mut g.pid);
-            dev(&mut g.device);
+            pid(&mut g.span.pid);
+            dev(&mut g.span.device);
         }
         for c in &mut trace.api_calls {
             pid(&mut c.pid);
@@ -393,16 +393,16 @@ fn shift(trace: &mut Trace, offset: i64) {
     }
     let by = |t: &mut Nanos| t.0 += offset;
     for k in &mut trace.kernels {
-        by(&mut k.start);
-        by(&mut k.end);
+        by(&mut k.span.start);
+        by(&mut k.span.end);
     }
     for m in &mut trace.mem_ops {
-        by(&mut m.start);
-        by(&mut m.end);
+        by(&mut m.span.start);
+        by(&mut m.span.end);
     }
     for g in &mut trace.graph_execs {
-        by(&mut g.start);
-        by(&mut g.end);
+        by(&mut g.span.start);
+        by(&mut g.span.end);
     }
     for c in &mut trace.api_calls {
         by(&mut c.start);

@@ -82,10 +82,10 @@ pub(super) fn source_reports<S: TraceSource>(
         g.mem_op(
             &mut ops,
             &calls,
-            m.start.0,
-            m.end.0,
-            m.pid,
-            m.correlation_id,
+            m.span.start.0,
+            m.span.end.0,
+            m.span.pid,
+            m.span.correlation_id,
         );
     }
     kernels.push(ops);

@@ -705,7 +705,12 @@ mod tests {
         );
         assert_eq!(k.mangled_name.map(|m| t.name(m)), Some("_Z1fILi4EEvPf"));
         assert_eq!(
-            (k.start.0, k.end.0, k.correlation_id, k.pid),
+            (
+                k.span.start.0,
+                k.span.end.0,
+                k.span.correlation_id,
+                k.span.pid
+            ),
             (2_000, 2_500, 3, 7)
         );
         assert_eq!((k.grid, k.block), ([80, 1, 1], [128, 1, 1]));

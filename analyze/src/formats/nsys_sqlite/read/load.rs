@@ -15,7 +15,7 @@ use super::{open_export, sqlite_err, string_ids, Database, Names, RawName, Schem
 use crate::error::Result;
 use crate::formats::limits::Limits;
 use crate::formats::Kind;
-use crate::model::trace::{ApiCall, ApiKind, Kernel, Nanos, StrId, Trace};
+use crate::model::trace::{ApiCall, ApiKind, Kernel, Nanos, Span, StrId, Trace};
 use crate::progress;
 
 /// Load an export into a [`Trace`], within the limits of the environment.
@@ -113,12 +113,14 @@ fn read_kernels(tables: &Tables<'_>, schema: &Schema) -> rusqlite::Result<RawKer
         let short_name = out.placeholder(i, 1, RawName::from(r.get(7)?));
         let mangled_name = out.placeholder(i, 2, RawName::from(r.get(8)?));
         out.kernels.push(Kernel {
-            start: Nanos(r.int(0)?),
-            end: Nanos(r.int(1)?),
-            device: r.int(2)? as u32,
-            stream: r.int(3)? as u32,
-            correlation_id: r.int(4)? as u64,
-            pid: split_global_tid(r.int(5)?).0,
+            span: Span {
+                start: Nanos(r.int(0)?),
+                end: Nanos(r.int(1)?),
+                device: r.int(2)? as u32,
+                stream: r.int(3)? as u32,
+                correlation_id: r.int(4)? as u64,
+                pid: split_global_tid(r.int(5)?).0,
+            },
             // Placeholders until `resolve`; a set-aside name is filled in there.
             name: name.unwrap_or(StrId(0)),
             short_name: short_name.unwrap_or(StrId(0)),

@@ -17,7 +17,7 @@ use super::{int, metadata, value_to_string, Names, RawName, Schema, ANALYSED_TAB
 use crate::error::{Error, Result};
 use crate::model::trace::{
     ApiCall, Bytes, Gpu, GraphExec, Kernel, Mark, MemOp, MemOpKind, Nanos, Range, RangeStyle,
-    Source, SourceFormat, StrId, Trace,
+    Source, SourceFormat, Span, StrId, Trace,
 };
 
 /// Kernels as read, their names still nsys string ids: each name field holds the id as a
@@ -218,8 +218,8 @@ fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemO
             continue;
         }
         let sql = format!(
-            "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
-             {BYTES}, {kind_col} FROM {table}"
+            "SELECT {span}, {BYTES}, {kind_col} FROM {table}",
+            span = span_columns()
         );
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map([], |r| {
@@ -228,12 +228,7 @@ fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemO
                 Some(k) => mem_op_kind(k),
             };
             Ok(MemOp {
-                start: Nanos(int(r, 0)?),
-                end: Nanos(int(r, 1)?),
-                device: int(r, 2)? as u32,
-                stream: int(r, 3)? as u32,
-                correlation_id: int(r, 4)? as u64,
-                pid: split_global_tid(int(r, 5)?).0,
+                span: span(r)?,
                 kind,
                 bytes: Bytes(int(r, 6)?.max(0) as u64),
             })
@@ -245,24 +240,36 @@ fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemO
     Ok(out)
 }
 
+/// The columns of a GPU record's [`Span`], first in a SELECT that [`span`] reads.
+fn span_columns() -> String {
+    [START, END, DEVICE_ID, STREAM_ID, CORRELATION_ID, GLOBAL_PID].join(", ")
+}
+
+/// The span of a row whose first columns are [`span_columns`].
+fn span(r: &rusqlite::Row<'_>) -> rusqlite::Result<Span> {
+    Ok(Span {
+        start: Nanos(int(r, 0)?),
+        end: Nanos(int(r, 1)?),
+        device: int(r, 2)? as u32,
+        stream: int(r, 3)? as u32,
+        correlation_id: int(r, 4)? as u64,
+        pid: split_global_tid(int(r, 5)?).0,
+    })
+}
+
 /// Graph executions traced as a whole, when the export has them (default graph tracing).
 fn read_graph_execs(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<GraphExec>> {
     if !schema.has(GRAPH_TRACE) {
         return Ok(Vec::new());
     }
     let sql = format!(
-        "SELECT {START}, {END}, {DEVICE_ID}, {STREAM_ID}, {CORRELATION_ID}, {GLOBAL_PID}, \
-         {GRAPH_ID}, {GRAPH_EXEC_ID} FROM {GRAPH_TRACE}"
+        "SELECT {span}, {GRAPH_ID}, {GRAPH_EXEC_ID} FROM {GRAPH_TRACE}",
+        span = span_columns()
     );
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map([], |r| {
         Ok(GraphExec {
-            start: Nanos(int(r, 0)?),
-            end: Nanos(int(r, 1)?),
-            device: int(r, 2)? as u32,
-            stream: int(r, 3)? as u32,
-            correlation_id: int(r, 4)? as u64,
-            pid: split_global_tid(int(r, 5)?).0,
+            span: span(r)?,
             graph_id: int(r, 6)? as u64,
             graph_exec_id: int(r, 7)? as u64,
         })
