@@ -18,7 +18,7 @@ use analyze::model::{ApiKind, MemOpKind, RangeStyle};
 use collect::bench::report;
 use collect::trace::cupti::{self, Activity, ApiDomain, NameCache, RecordConverter};
 use collect::trace::ranges::RangeLog;
-use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
+use collect::transformer::config::{Mode, ModelConfig, RunConfig};
 
 const PID: u32 = 4242;
 const TID: u32 = 4242;
@@ -98,16 +98,13 @@ fn synthetic_trace() -> TraceRecords {
         ..TraceRecords::default()
     };
     // As `collect bench` describes the small model at context 128, batch 4, training in fp32.
-    out.run = RunMetadata::describe(&report::run_description(&RunConfig {
-        model: ModelConfig::preset("small").unwrap(),
-        ctx: 128,
-        batch: 4,
-        mode: Mode::Train,
-        precision: Precision::Fp32,
-        tf32: false,
-        attention: Attention::Naive,
-        checkpoint: false,
-    }));
+    let small = ModelConfig::preset("small").unwrap();
+    out.run = RunMetadata::describe(&report::run_description(&RunConfig::new(
+        small,
+        128,
+        4,
+        Mode::Train,
+    )));
     out.run.set_step_times_ms(&[12.5, 12.25]);
 
     // The initial weight upload.

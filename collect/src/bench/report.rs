@@ -308,20 +308,11 @@ fn step_times(s: &Stats) -> StepTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transformer::config::{Attention, Mode, ModelConfig, Precision};
+    use crate::transformer::config::{Mode, ModelConfig};
 
     #[test]
     fn tokens_per_second_uses_batch_times_ctx() {
-        let run = RunConfig {
-            model: ModelConfig::preset("small").unwrap(),
-            ctx: 256,
-            batch: 4,
-            mode: Mode::Train,
-            precision: Precision::Fp32,
-            tf32: false,
-            attention: Attention::Naive,
-            checkpoint: false,
-        };
+        let run = RunConfig::new(ModelConfig::preset("small").unwrap(), 256, 4, Mode::Train);
         assert_eq!(tokens_per_second(&run, 512.0), 2000.0);
     }
 }

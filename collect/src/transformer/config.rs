@@ -385,6 +385,21 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// A run of `model` as the reference runs it unless told otherwise: fp32 without TF32, naive
+    /// attention, no checkpointing.
+    pub fn new(model: ModelConfig, ctx: usize, batch: usize, mode: Mode) -> RunConfig {
+        RunConfig {
+            model,
+            ctx,
+            batch,
+            mode,
+            precision: Precision::Fp32,
+            tf32: false,
+            attention: Attention::Naive,
+            checkpoint: false,
+        }
+    }
+
     pub fn tokens(&self) -> usize {
         self.batch * self.ctx
     }
