@@ -277,9 +277,10 @@ fn contents(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
         .collect()
 }
 
-/// An export whose header says WAL mode, plain and gzip-compressed, read by `stats` and
-/// `profile`: SQLite makes no `-wal` or `-shm` beside it (nor beside the inflated copy in the
-/// temporary folder, which is empty afterwards), and no byte or time of the input changes.
+/// An export whose header says WAL mode, plain and gzip-compressed, read by every command that
+/// reads exports (`stats`, `profile`, `profile --device`, `compare`, `report`): SQLite makes no
+/// `-wal` or `-shm` beside it (nor beside the inflated copy in the temporary folder, which is
+/// empty afterwards), and no byte or time of the input changes.
 #[test]
 fn wal_export_leaves_no_files_beside_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,24 +303,37 @@ fn wal_export_leaves_no_files_beside_it() {
     std::fs::write(&gz, enc.finish().unwrap()).unwrap();
     let before = contents(&inputs);
     assert_eq!(listing(&inputs), ["wal.sqlite", "wal2.sqlite.gz"]);
-    for p in [&plain, &gz] {
-        for args in [vec!["stats", "--report", "all"], vec!["profile"]] {
-            let out = analyze()
-                .args(&args)
-                .arg(p)
-                .env("TMPDIR", &tmp)
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{args:?} {}: {stderr}",
-                p.display()
-            );
-            assert!(!out.stdout.is_empty());
-            assert!(listing(&tmp).is_empty(), "{args:?}: {:?}", listing(&tmp));
+    let report = dir.path().join("report");
+    let (plain_s, gz_s) = (plain.to_str().unwrap(), gz.to_str().unwrap());
+    let mut runs: Vec<Vec<&str>> = Vec::new();
+    for p in [plain_s, gz_s] {
+        runs.push(vec!["stats", "--report", "all", p]);
+        runs.push(vec!["profile", p]);
+        runs.push(vec!["profile", "--device", "0", p]);
+    }
+    runs.push(vec!["compare", plain_s, gz_s]);
+    runs.push(vec![
+        "report",
+        "-o",
+        report.to_str().unwrap(),
+        inputs.to_str().unwrap(),
+    ]);
+    for args in runs {
+        let p = Path::new(args[args.len() - 1]);
+        let out = analyze().args(&args).env("TMPDIR", &tmp).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?} {}: {stderr}",
+            p.display()
+        );
+        if args[0] == "report" {
+            assert!(report.join("report.md").is_file());
+        } else {
+            assert!(!out.stdout.is_empty(), "{args:?}");
         }
+        assert!(listing(&tmp).is_empty(), "{args:?}: {:?}", listing(&tmp));
     }
     assert!(contents(&inputs) == before, "{:?}", listing(&inputs));
 }
