@@ -122,3 +122,71 @@ fn an_explicit_profiler_step_pattern_counts_each_step_once_too() {
         .sum();
     assert_eq!(step.wall_ns_per_step, Some(cpu_wall as f64 / 2.0));
 }
+
+/// Kernels whose launch call the trace lacks (a flow with only its end, as when the call fell
+/// before the profiler's window): the launch calls of the last step's first 40 kernels are cut
+/// from the JSON. Each such kernel counts in the step that holds its start in time, a note gives
+/// their count and time, and the steps' kernel time is what it was with the calls.
+#[test]
+fn kernels_without_a_launch_call_count_in_the_step_that_holds_them() {
+    let bytes = std::fs::read(common::fixture(SCHEDULE)).unwrap();
+    let mut json = String::new();
+    use std::io::Read;
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_string(&mut json)
+        .unwrap();
+    let mut v: Value = serde_json::from_str(&json).unwrap();
+    let events = v["traceEvents"].as_array().unwrap().clone();
+    let last_step = events
+        .iter()
+        .filter(|e| {
+            e["cat"] == "user_annotation"
+                && e["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("ProfilerStep#")
+        })
+        .max_by_key(|e| ns(&e["ts"]))
+        .unwrap()
+        .clone();
+    let (from, to) = (
+        ns(&last_step["ts"]),
+        ns(&last_step["ts"]) + ns(&last_step["dur"]),
+    );
+    let mut cut: Vec<(u64, i64)> = events
+        .iter()
+        .filter(|e| e["cat"] == "kernel" && (from..to).contains(&ns(&e["ts"])))
+        .map(|e| (e["args"]["correlation"].as_u64().unwrap(), ns(&e["dur"])))
+        .collect();
+    cut.sort_unstable();
+    cut.truncate(40);
+    assert_eq!(cut.len(), 40);
+    let gone: std::collections::HashSet<u64> = cut.iter().map(|c| c.0).collect();
+    let kept: Vec<Value> = events
+        .into_iter()
+        .filter(|e| {
+            let runtime = matches!(e["cat"].as_str(), Some("cuda_runtime" | "cuda_driver"));
+            !(runtime
+                && e["args"]["correlation"]
+                    .as_u64()
+                    .is_some_and(|c| gone.contains(&c)))
+        })
+        .collect();
+    v["traceEvents"] = Value::Array(kept);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.json");
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let opts = ProfileOptions::default();
+    let whole = run(&opts);
+    let trace = formats::load_trace(&path).unwrap();
+    let p = profile::profile(&trace, &Classifier::builtin(), &opts);
+    let ms: i64 = cut.iter().map(|c| c.1).sum();
+    let note = format!(
+        "40 kernels ({:.3} ms) have no launch call in the trace (a Kineto flow with only its end, a call before the capture began): each counts in the step that holds its start in time",
+        ms as f64 / 1e6
+    );
+    assert!(p.notes.contains(&note), "{:?}", p.notes);
+    let (a, b) = (whole.step.as_ref().unwrap(), p.step.as_ref().unwrap());
+    assert_eq!((a.kernels, a.kernel_ns), (b.kernels, b.kernel_ns));
+    assert!(!whole.notes.iter().any(|n| n.contains("no launch call")));
+}

@@ -263,6 +263,7 @@ impl Plan {
             mut ops,
             mut rest,
             any_linked,
+            by_time,
         } = merged;
         let mut notes = Vec::new();
         if trace.ranges.is_empty() {
@@ -276,6 +277,13 @@ impl Plan {
             notes.push(
                 "no CUDA API call is linked to a kernel by correlation id (CUPTI_ACTIVITY_KIND_RUNTIME absent?): kernels cannot be attributed to ranges".into(),
             );
+        }
+        if by_time.0 > 0 {
+            notes.push(format!(
+                "{} kernels ({:.3} ms) have no launch call in the trace (a Kineto flow with only its end, a call before the capture began): each counts in the step that holds its start in time",
+                by_time.0,
+                by_time.1 as f64 / 1e6
+            ));
         }
         if self.steps.is_empty() && !trace.ranges.is_empty() {
             notes.push(format!(

@@ -274,6 +274,8 @@ pub(super) struct WorkChunk<N> {
     /// Kernel rows read, kept or not.
     pub(super) kernels: usize,
     pub(super) any_linked: bool,
+    /// Kernels and graphs no launch call claims that a step holds in time: count, time.
+    pub(super) by_time: (usize, i64),
     pub(super) traced_graphs: HashSet<(u32, u64)>,
 }
 
@@ -295,6 +297,7 @@ impl<N> Default for WorkChunk<N> {
             ops: Vec::new(),
             kernels: 0,
             any_linked: false,
+            by_time: (0, 0),
             traced_graphs: HashSet::new(),
         }
     }
@@ -337,6 +340,9 @@ pub(super) struct Plan {
     /// attention ranges.
     pub(super) selections: Vec<Selected>,
     pub(super) step_sel: Option<usize>,
+    /// The steps' instances as (start, end, process, instance), by start: where work that no
+    /// launch call claims falls in time.
+    pub(super) step_times: Vec<(i64, i64, u32, u32)>,
     /// (position in the options' phases, phase name, selection) for each phase with instances.
     pub(super) phases: Vec<(usize, String, usize)>,
     /// Phases without instances, with the note that says why, in order.
@@ -427,7 +433,7 @@ impl Plan {
             attention[i] = Some(sels.len());
             sels.push(sel);
         }
-        let selections = sels
+        let selections: Vec<Selected> = sels
             .into_iter()
             .map(|sel| {
                 // Instances by range, and for each context the first instance (in range order)
@@ -455,11 +461,26 @@ impl Plan {
                 Selected { sel, of_ctx }
             })
             .collect();
+        let mut step_times: Vec<(i64, i64, u32, u32)> = step_sel
+            .map(|s| {
+                let sel: &Selection = &selections[s].sel;
+                sel.instances
+                    .iter()
+                    .enumerate()
+                    .map(|(i, inst)| {
+                        let r = &trace.ranges[inst.range];
+                        (r.start.0, r.end.0, r.pid, i as u32)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        step_times.sort_unstable();
         Plan {
             step_pattern,
             steps,
             selections,
             step_sel,
+            step_times,
             phases,
             phase_notes,
             attention,
@@ -467,6 +488,20 @@ impl Plan {
     }
 
     /// Attribute one piece of work and add it up everywhere it counts.
+    /// The step instance whose range holds `t`: of process `pid` where one does, else any.
+    fn step_at(&self, t: i64, pid: u32) -> Option<u32> {
+        let n = self.step_times.partition_point(|s| s.0 <= t);
+        let holding = self.step_times[..n].iter().rev().filter(|s| s.1 >= t);
+        let mut any = None;
+        for s in holding {
+            if s.2 == pid {
+                return Some(s.3);
+            }
+            any.get_or_insert(s.3);
+        }
+        any
+    }
+
     pub(super) fn work<N>(&self, c: &mut WorkChunk<N>, launches: &LaunchIndex, w: Work) {
         let end = w.end.max(w.start);
         if c.instances.len() < self.selections.len() {
@@ -485,12 +520,26 @@ impl Plan {
         if !c.scratch.is_empty() {
             c.any_linked = true;
         }
+        // A kernel or graph no launch call claims (its call fell outside the capture, or a
+        // Kineto trace holds only the end of its flow) counts in the step that holds its start
+        // in time, in its process where it has one there.
+        let by_time = match (self.step_sel, &w.what) {
+            (Some(s), What::Kernel(..) | What::Graph(_)) if c.scratch.is_empty() => {
+                self.step_at(w.start, w.pid).map(|inst| (s, inst))
+            }
+            _ => None,
+        };
+        if by_time.is_some() {
+            c.by_time.0 += 1;
+            c.by_time.1 = c.by_time.1.saturating_add(end.saturating_sub(w.start));
+        }
         for (s, sel) in self.selections.iter().enumerate() {
             let inst = c
                 .scratch
                 .iter()
                 .map(|&ctx| sel.of_ctx[ctx as usize])
                 .min()
+                .or_else(|| by_time.filter(|b| b.0 == s).map(|b| b.1))
                 .unwrap_or(NONE);
             if inst == NONE {
                 continue;
@@ -553,6 +602,8 @@ pub(super) struct Merged {
     pub(super) ops: Vec<Op>,
     pub(super) rest: Vec<Op>,
     pub(super) any_linked: bool,
+    /// Kernels and graphs counted in a step by time, not by a launch call: count, time.
+    pub(super) by_time: (usize, i64),
 }
 
 /// Totals of sums whose kernel ids name `names`.
@@ -599,11 +650,14 @@ impl Merged {
             ops: Vec::with_capacity(chunks.iter().map(|c| c.ops.len()).sum()),
             rest: Vec::new(),
             any_linked: false,
+            by_time: (0, 0),
         };
         let text = |id: StrId| trace.name(id).to_owned();
         let last = chunks.len().saturating_sub(1);
         for (i, mut c) in chunks.into_iter().enumerate() {
             m.any_linked |= c.any_linked;
+            m.by_time.0 += c.by_time.0;
+            m.by_time.1 = m.by_time.1.saturating_add(c.by_time.1);
             if i == last {
                 m.rest.append(&mut c.ops);
             } else {
