@@ -9,6 +9,9 @@ tests on captures it did not make itself. Runs on the GPU machine, from the proj
     python3 scripts/reference/torch_captures.py kineto-schedule --out DIR
     # Kineto with shapes, FLOPs and modules (record_shapes, with_flops, with_modules)
     python3 scripts/reference/torch_captures.py kineto-ops --out DIR
+    # Steps whose GPU work overlaps: no synchronize between steps, and a spin kernel on a side
+    # stream in each step that outlives it
+    nsys profile ... python3 scripts/reference/torch_captures.py overlap
     # PyTorch's own NVTX ranges per operator (emit_nvtx with record_shapes), under nsys
     nsys profile ... python3 scripts/reference/torch_captures.py emit-nvtx
     # DDP on two GPUs (one export holds both ranks); rank --slow-rank runs extra work per step
@@ -117,6 +120,24 @@ def kineto_ops(a):
     kineto_schedule(a, "ops", record_shapes=True, with_flops=True, with_modules=True)
 
 
+def overlap(a):
+    model, opt = model_and_opt(a.size, a.ctx, a.layers)
+    ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
+    side = torch.cuda.Stream()
+    cycles = int(a.slow_ms * 1.98e6)
+    for _ in range(a.warmup):
+        step(model, opt, ids)
+    torch.cuda.synchronize()
+    with nvtx.range("measurement"):
+        for i in range(a.steps):
+            with nvtx.range(f"step_{i}"):
+                step(model, opt, ids)
+                with torch.cuda.stream(side):
+                    torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+    print("overlap done", flush=True)
+
+
 def emit_nvtx(a):
     model, opt = model_and_opt(a.size, a.ctx, a.layers)
     ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
@@ -167,7 +188,7 @@ def ddp(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["graphs", "kineto-schedule", "kineto-ops", "emit-nvtx", "ddp"])
+    ap.add_argument("what", choices=["graphs", "kineto-schedule", "kineto-ops", "emit-nvtx", "overlap", "ddp"])
     ap.add_argument("--size", default="small")
     ap.add_argument("--layers", type=int, default=4, help="layers (0: the size's own)")
     ap.add_argument("--ctx", type=int, default=128)
@@ -182,7 +203,7 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(0)
     {"graphs": graphs, "kineto-schedule": kineto_schedule, "kineto-ops": kineto_ops,
-     "emit-nvtx": emit_nvtx, "ddp": ddp}[a.what](a)
+     "emit-nvtx": emit_nvtx, "overlap": overlap, "ddp": ddp}[a.what](a)
 
 
 if __name__ == "__main__":
