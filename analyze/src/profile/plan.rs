@@ -461,19 +461,22 @@ impl Plan {
                 Selected { sel, of_ctx }
             })
             .collect();
-        let mut step_times: Vec<(i64, i64, u32, u32)> = step_sel
-            .map(|s| {
-                let sel: &Selection = &selections[s].sel;
-                sel.instances
-                    .iter()
-                    .enumerate()
-                    .map(|(i, inst)| {
-                        let r = &trace.ranges[inst.range];
-                        (r.start.0, r.end.0, r.pid, i as u32)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Each step's range, and its GPU-side mirror where the trace has one (a Kineto
+        // `gpu_user_annotation` of the same name and process, spanning the step's GPU work).
+        let mut step_times: Vec<(i64, i64, u32, u32)> = Vec::new();
+        if let Some(s) = step_sel {
+            let mut of_name: FastMap<(StrId, u32), u32> = FastMap::default();
+            for (i, inst) in selections[s].sel.instances.iter().enumerate() {
+                let r = &trace.ranges[inst.range];
+                step_times.push((r.start.0, r.end.0, r.pid, i as u32));
+                of_name.insert((r.name, r.pid), i as u32);
+            }
+            for r in trace.ranges.iter().filter(|r| !is_host_range(trace, r)) {
+                if let Some(&i) = of_name.get(&(r.name, r.pid)) {
+                    step_times.push((r.start.0, r.end.0, r.pid, i));
+                }
+            }
+        }
         step_times.sort_unstable();
         Plan {
             step_pattern,
