@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use analyze::profile::ranges::Attribution;
 use analyze::profile::{self, Profile, ProfileOptions, DEFAULT_STEPS};
+use analyze::render::plot::{file_stem, ImageFormat};
 use analyze::render::{Cell, Document, Format};
+use analyze::run_name::run_stem;
 use regex::Regex;
 
 use crate::output::OutputArgs;
@@ -53,6 +55,23 @@ pub struct Args {
     /// Only the GPU work and host activity of this process (its pid).
     #[arg(long, value_name = "PID")]
     pub process: Option<u32>,
+    /// Also break the kernel time of the measured steps down by PyTorch operator (`op`): the
+    /// innermost operator call that launched each kernel (Kineto's `cpu_op` events, or the NVTX
+    /// ranges of `torch.autograd.profiler.emit_nvtx`), with calls, shapes, FLOPs, bytes and
+    /// where each operator stands under the GPU's roofs.
+    #[arg(long, value_name = "VIEW", value_parser = ["op"])]
+    pub by: Option<String>,
+    /// The compute roof in TFLOP/s for `--by op`, in place of the table's figures for the
+    /// trace's GPU (every element type).
+    #[arg(long, value_name = "TFLOPS", requires = "by", value_parser = parse_positive)]
+    pub peak_tflops: Option<f64>,
+    /// The memory roof in TB/s for `--by op`, in place of the table's figure.
+    #[arg(long, value_name = "TBPS", requires = "by", value_parser = parse_positive)]
+    pub peak_tbps: Option<f64>,
+    /// With `--by op`, write the roofline chart (one point per operator, sized by its GPU
+    /// time) into this folder as <trace>.roofline.png and .svg.
+    #[arg(long, value_name = "DIR", requires = "by")]
+    pub plot: Option<PathBuf>,
     /// Output format: table, csv, json or markdown.
     #[arg(long, short = 'f', default_value = "table")]
     pub format: Format,
@@ -130,6 +149,9 @@ impl ProfileArgs {
             top: self.top,
             device: None,
             process: None,
+            operators: false,
+            peak_tflops: None,
+            peak_tbps: None,
         };
         Ok((opts, self.classes))
     }
@@ -137,6 +159,13 @@ impl ProfileArgs {
 
 fn parse_attribution(s: &str) -> Result<Attribution, String> {
     s.parse()
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
 }
 
 fn parse_regex(s: &str) -> Result<Regex, String> {
@@ -185,9 +214,24 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (mut opts, classes) = args.profile.into_options()?;
     opts.device = args.device;
     opts.process = args.process;
+    opts.operators = args.by.is_some();
+    opts.peak_tflops = args.peak_tflops;
+    opts.peak_tbps = args.peak_tbps;
     let classifier = profile::classifier(classes.as_deref())?;
     args.output.check()?;
     let result = profile::profile_files(&args.files, &classifier, &opts)?;
+    if let (Some(dir), Some(view)) = (&args.plot, &result.by_operator) {
+        let stem = file_stem(run_stem(&result.file), "trace");
+        let formats = [ImageFormat::Png, ImageFormat::Svg];
+        let written = view.write_roofline(dir, &stem, &formats)?;
+        if written.is_empty() {
+            args.output
+                .note("no roofline chart: no operator with FLOPs and time under known roofs");
+        }
+        for p in written {
+            args.output.note(&format!("wrote {}", p.display()));
+        }
+    }
     let doc = result.document();
     // The tables show a readable kernel name cut at 80 characters; files and the formats for
     // programs get the demangled name whole.

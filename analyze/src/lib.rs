@@ -12,7 +12,8 @@
 //!   that lays its result out as tables: `stats` (the `nsys stats` reports), `profile` (per-phase
 //!   figures of one trace), `memory` (peaks and categories of one snapshot), `compare` (two
 //!   traces or two snapshots) and `report` (a write-up over a sweep of runs), with `run_name`
-//!   (what a file's name says about its run: model, context length, mode, precision);
+//!   (what a file's name says about its run: model, context length, mode, precision) and
+//!   `roofline` (what an operator call costs, the GPUs' peaks, the roofline chart);
 //! - [`render`]: the tables as text, CSV, JSON or Markdown, their cell formatters, and the charts.
 //!
 //! The analyses, reports and plots are the default feature `analysis`. Without it the crate is
@@ -39,6 +40,8 @@ pub mod progress;
 pub mod render;
 #[cfg(feature = "analysis")]
 pub mod report;
+#[cfg(feature = "analysis")]
+pub mod roofline;
 #[cfg(feature = "analysis")]
 pub mod run_name;
 #[cfg(feature = "analysis")]

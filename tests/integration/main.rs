@@ -40,6 +40,7 @@ mod memory_public;
 mod nsys_ingest;
 mod nsys_public;
 mod nsys_stats_golden;
+mod operators;
 mod outputs;
 mod profile;
 mod profiler_steps;

@@ -6,9 +6,10 @@
 //! read too. Read: `kernel`, `gpu_memcpy`, `gpu_memset`, `cuda_runtime` and `cuda_driver` events
 //! (older traces' `Kernel`, `Memcpy`, `Memset`, `Runtime`, `Driver` spellings as well),
 //! `user_annotation` ranges (CPU, default domain) and `gpu_user_annotation` ranges (GPU, domain
-//! `gpu_user_annotation`), thread names, GPUs, and the top-level keys as metadata. Not read:
-//! `cpu_op`, `python_function`, flow events, memory instants (those are CPU-side detail the model
-//! has no place for).
+//! `gpu_user_annotation`), `cpu_op` operator calls (with `Input Dims`, `Input type`, `Concrete
+//! Inputs` and `flops` where `record_shapes` and `with_flops` kept them), thread names, GPUs, and
+//! the top-level keys as metadata. Not read: `python_function`, flow events, memory instants
+//! (CPU-side detail the model has no place for).
 //!
 //! Times: `ts` and `dur` are microseconds written with three decimals; they are parsed from their
 //! decimal text (never through a float) into exact nanoseconds, rounding half away from zero when
@@ -31,8 +32,8 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::formats::nsys_sqlite::short_name;
 use crate::model::trace::{
-    ApiCall, ApiKind, Bytes, Gpu, Kernel, MemOp, MemOpKind, Nanos, Range, RangeStyle, Source,
-    SourceFormat, Span, Strings, Trace,
+    ApiCall, ApiKind, Bytes, Gpu, Kernel, MemOp, MemOpKind, Nanos, OpCall, Range, RangeStyle,
+    Source, SourceFormat, Span, StrId, Strings, Trace,
 };
 
 /// Domain given to `gpu_user_annotation` ranges, so they are told apart from the CPU ranges of
@@ -158,6 +159,13 @@ struct Args {
     #[serde(rename = "External id")]
     external_id: Option<Value>,
     name: Option<Value>,
+    #[serde(rename = "Input Dims")]
+    input_dims: Option<Value>,
+    #[serde(rename = "Input type")]
+    input_type: Option<Value>,
+    #[serde(rename = "Concrete Inputs")]
+    concrete_inputs: Option<Value>,
+    flops: Option<Value>,
 }
 
 /// What kind of event a category names.
@@ -170,6 +178,7 @@ enum Category {
     Driver,
     Annotation,
     GpuAnnotation,
+    CpuOp,
 }
 
 fn category(cat: &str) -> Option<Category> {
@@ -181,6 +190,7 @@ fn category(cat: &str) -> Option<Category> {
         "cuda_driver" | "driver" => Some(Category::Driver),
         "user_annotation" => Some(Category::Annotation),
         "gpu_user_annotation" => Some(Category::GpuAnnotation),
+        "cpu_op" | "operator" => Some(Category::CpuOp),
         _ => None,
     }
 }
@@ -199,6 +209,10 @@ struct Reader {
     ranges: Vec<Range>,
     gpu_ranges: Vec<GpuRange>,
     mem_ops: Vec<MemOp>,
+    /// Operator calls, their texts in `op_strings` until the other events' names are interned
+    /// (so that those keep the ids they have without operators).
+    ops: Vec<OpCall>,
+    op_strings: Strings,
     thread_names: HashMap<(u32, u32), crate::model::trace::StrId>,
     /// External id of each CPU annotation -> its process.
     annotation_pids: HashMap<u64, u32>,
@@ -321,6 +335,26 @@ impl Reader {
                     pid,
                     tid,
                     end_tid: None,
+                });
+            }
+            Category::CpuOp => {
+                let mut text = |v: &Option<Value>| match v {
+                    Some(v @ Value::Array(_)) => Some(self.op_strings.intern(&v.to_string())),
+                    _ => None,
+                };
+                let shapes = text(&args.input_dims);
+                let types = text(&args.input_type);
+                let concrete = text(&args.concrete_inputs);
+                self.ops.push(OpCall {
+                    start,
+                    end,
+                    pid,
+                    tid,
+                    name: self.op_strings.intern(name),
+                    shapes,
+                    types,
+                    concrete,
+                    flops: args.flops.as_ref().and_then(as_u64).filter(|&f| f > 0),
                 });
             }
             Category::GpuAnnotation => {
@@ -461,6 +495,19 @@ impl Reader {
             .unwrap_or_default()
             .into_iter()
             .map(DeviceProperties::into_gpu)
+            .collect();
+        let ids: Vec<StrId> = (0..self.op_strings.len())
+            .map(|i| self.strings.intern(self.op_strings.get(StrId(i as u32))))
+            .collect();
+        let id = |s: StrId| ids[s.0 as usize];
+        trace.ops = (self.ops.into_iter())
+            .map(|mut o| {
+                o.name = id(o.name);
+                o.shapes = o.shapes.map(id);
+                o.types = o.types.map(id);
+                o.concrete = o.concrete.map(id);
+                o
+            })
             .collect();
         trace.strings = self.strings;
         trace.kernels = self.kernels;
@@ -687,6 +734,34 @@ mod tests {
             "no launching call: the main process"
         );
         assert!(t.source.missing.contains(&"user_annotation".to_owned()));
+    }
+
+    #[test]
+    fn cpu_ops_keep_their_shapes_and_leave_other_names_their_ids() {
+        let json = br#"[
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 9, "ts": 1, "dur": 4,
+           "args": {"External id": 3, "Input Dims": [[4, 8], [8, 2]],
+                    "Input type": ["float", "float"], "Concrete Inputs": ["", ""], "flops": 128}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 9,
+           "ts": 2, "dur": 1, "args": {"correlation": 5, "External id": 3}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 7, "tid": 9, "ts": 6,
+           "dur": 1, "args": {"External id": 4}}
+        ]"#;
+        let t = parse(Path::new("t.json"), json).unwrap();
+        assert_eq!(t.ops.len(), 2);
+        let mm = &t.ops[0];
+        assert_eq!(t.name(mm.name), "aten::mm");
+        assert_eq!(
+            (mm.start, mm.end, mm.pid, mm.tid),
+            (Nanos(1000), Nanos(5000), 7, 9)
+        );
+        assert_eq!(mm.shapes.map(|s| t.name(s)), Some("[[4,8],[8,2]]"));
+        assert_eq!(mm.types.map(|s| t.name(s)), Some(r#"["float","float"]"#));
+        assert_eq!(mm.flops, Some(128));
+        assert_eq!(t.ops[1].shapes, None);
+        // The operators' names come after every other name: the others keep their ids.
+        assert_eq!(t.api_calls[0].name, StrId(0));
+        assert!(!t.source.missing.contains(&"cpu_op".to_owned()));
     }
 
     #[test]

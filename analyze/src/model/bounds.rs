@@ -64,6 +64,10 @@ pub fn check(trace: &mut Trace) -> Result<(), String> {
             .map(|r| (&mut r.start, &mut r.end)),
     )?;
     spans(
+        "operator calls",
+        trace.ops.iter_mut().map(|o| (&mut o.start, &mut o.end)),
+    )?;
+    spans(
         "memory operations",
         trace
             .mem_ops

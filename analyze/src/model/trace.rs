@@ -369,6 +369,27 @@ impl MemOp {
     }
 }
 
+/// A CPU operator call a profiler recorded (Kineto's `cpu_op` events: ATen operators, autograd
+/// nodes, `record_function` blocks), on the thread that ran it. An nsys export has none: there
+/// PyTorch's `emit_nvtx` labels the same calls as NVTX ranges.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpCall {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub pid: u32,
+    pub tid: u32,
+    pub name: StrId,
+    /// The inputs' shapes as recorded (`record_shapes`): `[[4, 768], [768, 768]]`, one list per
+    /// input, empty for a non-tensor.
+    pub shapes: Option<StrId>,
+    /// The inputs' types as recorded: `["float", "c10::BFloat16", "Scalar"]`.
+    pub types: Option<StrId>,
+    /// The scalar inputs' values as recorded (`["", "True"]`), where the profiler kept them.
+    pub concrete: Option<StrId>,
+    /// The FLOPs the profiler counted for the call (`with_flops`), where it wrote them.
+    pub flops: Option<u64>,
+}
+
 /// A GPU the trace ran on.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Gpu {
@@ -397,6 +418,8 @@ pub struct Trace {
     pub marks: Vec<Mark>,
     /// Sorted by start time.
     pub mem_ops: Vec<MemOp>,
+    /// CPU operator calls (Kineto's `cpu_op`), sorted by start time; empty for other formats.
+    pub ops: Vec<OpCall>,
     /// Graph executions traced as a whole, sorted by start time; empty when the trace has no
     /// graphs or traced their kernels one by one.
     pub graph_execs: Vec<GraphExec>,
@@ -416,6 +439,7 @@ impl Trace {
             open_ranges: Vec::new(),
             marks: Vec::new(),
             mem_ops: Vec::new(),
+            ops: Vec::new(),
             graph_execs: Vec::new(),
             gpus: Vec::new(),
             thread_names: HashMap::new(),
@@ -441,6 +465,7 @@ impl Trace {
         self.open_ranges.sort_by_key(|r| r.start);
         self.marks.sort_by_key(|m| m.time);
         self.mem_ops.sort_by_key(|m| m.span.start);
+        self.ops.sort_by_key(|o| o.start);
         self.graph_execs.sort_by_key(|g| g.span.start);
     }
 }

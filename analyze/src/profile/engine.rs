@@ -1,12 +1,12 @@
 //! The profile engine: one pass of a [`TraceSource`] through the profile's plan. The small
 //! tables (ranges, memory operations, graph executions) come first, and the selections (steps,
 //! phases, attention ranges) are made from the ranges alone ([`Plan::new`]); the API calls are
-//! read once for their launch context; then every kernel, memory operation and graph execution
-//! is attributed on the spot to the instance of each selection that claims it and summed there
-//! ([`Plan::work`]). What the timeline sweep needs of each op is kept, 24 bytes an op, and
-//! swept once per device for the breakdowns of every window and the longest idle gaps
-//! ([`super::sweep`]); the CUDA call a process was in when each of those gaps began is asked of
-//! the source last.
+//! read once for their launch context (with `--by op`, the operator call each was made in); then
+//! every kernel, memory operation and graph execution is attributed on the spot to the instance
+//! of each selection that claims it and summed there, and to its operator ([`Plan::work`]). What
+//! the timeline sweep needs of each op is kept, 24 bytes an op, and swept once per device for
+//! the breakdowns of every window and the longest idle gaps ([`super::sweep`]); the CUDA call a
+//! process was in when each of those gaps began is asked of the source last.
 //!
 //! An nsys export streams through this; a loaded trace (Kineto, or a test's) is one more source.
 //! `--device` and `--process` keep only the GPU work they name, and the host activity of the
@@ -26,12 +26,17 @@ use crate::source::TraceSource;
 use super::breakdown::{Breakdown, GapWindow, HostActivity};
 use super::breakdown::{COMMUNICATION, KINDS};
 use super::devices::{check_filters, graph_summary, profiles, GraphSummary, StepBreakdown};
-use super::plan::{ApiChunk, Classes, InstanceSums, Merged, Plan, Ranges, What, Work, WorkChunk};
+use super::operators::{runs_tf32, without_operators, ViewInputs};
+use super::plan::{
+    ApiChunk, Classes, Context, InstanceSums, Merged, Plan, Ranges, What, Work, WorkChunk,
+};
 use super::straggler;
 use super::summary::{phase_profile, Ranged, Totals};
 use super::sweep::{next_process, sweep, Op, Window};
 use super::{range_names_hint, AttentionProfile, IdleGap, Profile, ProfileOptions, RangeTime};
 use crate::attribution::launches::{max_bits, LaunchIndex};
+use crate::attribution::operators::{Operators, NONE as NO_CALL};
+use crate::source::KernelTexts;
 
 /// Which GPU work and host activity `--device` and `--process` keep.
 struct Filter {
@@ -65,20 +70,30 @@ pub(super) fn run<S: TraceSource>(
     }
     let ranges = Ranges::new(&trace);
     let bits = max_bits(source.api_rows());
+    // The operator calls, when the profile is by operator.
+    let operators = if opts.operators {
+        Operators::new(&mut trace)
+    } else {
+        None
+    };
 
-    // The API calls: each one's launch context, indexed by correlation id.
+    // The API calls: each one's launch context (and operator call), indexed by correlation id.
     let api = source.scan_api(false, ApiChunk::default, |c, r| {
         if r.correlation_id == 0 {
             return;
         }
-        let ctx = ranges.context(c, r.pid, r.tid, r.start);
+        let op = match &operators {
+            Some(ops) => ops.innermost(r.pid, r.tid, r.start),
+            None => NO_CALL,
+        };
+        let ctx = ranges.context(c, r.pid, r.tid, r.start, op);
         c.corr
             .entry(r.pid)
             .or_default()
             .insert(r.correlation_id, ctx, bits);
     })?;
-    let mut ctxs: Vec<(u32, u32, u32)> = Vec::new();
-    let mut ctx_ids: HashMap<(u32, u32, u32), u32> = HashMap::new();
+    let mut ctxs: Vec<Context> = Vec::new();
+    let mut ctx_ids: HashMap<Context, u32> = HashMap::new();
     let mut chunks = Vec::new();
     for c in api {
         let global = c
@@ -97,7 +112,8 @@ pub(super) fn run<S: TraceSource>(
     let launches = LaunchIndex::build(chunks, bits);
 
     // The selections, from the ranges alone, and which instance of each claims a context.
-    let plan = Plan::new(&trace, opts, &ranges, &ctxs);
+    let plan = Plan::new(&trace, opts, &ranges, &ctxs, operators);
+    let by_op = plan.operators.is_some();
 
     // The kernels, then memory operations and graph executions.
     let classes = Classes {
@@ -114,6 +130,12 @@ pub(super) fn run<S: TraceSource>(
         }
         let kid = c.kid(k.names, S::name_key(k.names));
         let class = classes.class(&mut c.classes, kid, &c.kids);
+        if by_op {
+            let flags = &mut c.operators.tf32;
+            while flags.len() <= kid as usize {
+                flags.push(runs_tf32(&classes.texts.text(&c.kids[flags.len()])));
+            }
+        }
         plan.work(
             c,
             &launches,
@@ -240,6 +262,7 @@ fn restrict<S: TraceSource>(
         .graph_execs
         .retain(|g| filter.keep_op(g.span.device, g.span.pid));
     trace.ranges.retain(|r| keep_host(r.pid));
+    trace.ops.retain(|o| keep_host(o.pid));
     trace.open_ranges.retain(|r| keep_host(r.pid));
     trace.marks.retain(|m| keep_host(m.pid));
     Ok(())
@@ -264,6 +287,7 @@ impl Plan {
             mut rest,
             any_linked,
             by_time,
+            operators,
         } = merged;
         let mut notes = Vec::new();
         if trace.ranges.is_empty() {
@@ -582,6 +606,28 @@ impl Plan {
             })
             .collect();
 
+        let by_operator = opts.operators.then(|| {
+            let over = step.as_ref().unwrap_or(&whole_trace);
+            match (&self.operators, operators) {
+                (Some(plan), Some(totals)) => {
+                    let inputs = ViewInputs {
+                        trace,
+                        phases: self.phases.iter().map(|p| p.1.clone()).collect(),
+                        steps: super::ranges::steps_per_process(trace, &self.steps),
+                        peak_tflops: opts.peak_tflops,
+                        peak_tbps: opts.peak_tbps,
+                    };
+                    plan.view(totals, &inputs)
+                }
+                _ => without_operators(
+                    trace,
+                    over.kernels,
+                    over.kernel_ns,
+                    opts.peak_tflops,
+                    opts.peak_tbps,
+                ),
+            }
+        });
         let file = trace.source.path.display().to_string();
         let ranks = super::ranks::in_one_file(&devices, &file);
         let mut profile = Profile {
@@ -601,6 +647,7 @@ impl Plan {
             straggler,
             ranks,
             clock_offsets_ns: BTreeMap::new(),
+            by_operator,
         };
         profile.rank_the_straggler();
         Ok(profile)

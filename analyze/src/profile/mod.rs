@@ -8,7 +8,8 @@
 //! the trace, inside attention the kernel time of the
 //! `attention_matmul_QK`/`attention_softmax`/`attention_matmul_V` ranges with the softmax/matmul
 //! ratio beside the FLOP ratio 5/(4·head_dim), figures per device and process, and the longest
-//! idle gaps.
+//! idle gaps. With `--by op`, the kernel time per PyTorch operator and each operator's place
+//! under the GPU's roofs ([`operators`]).
 //!
 //! One engine computes all of it (`engine`): a [`crate::source::TraceSource`] (an nsys export
 //! streamed, or a loaded trace) pushes its API calls and GPU work through the profile's plan
@@ -24,6 +25,7 @@
 pub mod breakdown;
 pub mod devices;
 mod engine;
+pub mod operators;
 mod plan;
 pub mod ranges;
 pub mod ranks;
@@ -87,6 +89,12 @@ pub struct ProfileOptions {
     pub device: Option<u32>,
     /// Only the GPU work and host activity of this process.
     pub process: Option<u32>,
+    /// Also sum the kernel time per PyTorch operator, with its roofline (`--by op`).
+    pub operators: bool,
+    /// The compute roof, TFLOP/s, over the table's figure for the trace's GPU.
+    pub peak_tflops: Option<f64>,
+    /// The memory roof, TB/s, over the table's figure.
+    pub peak_tbps: Option<f64>,
 }
 
 impl Default for ProfileOptions {
@@ -100,6 +108,9 @@ impl Default for ProfileOptions {
             top: 5,
             device: None,
             process: None,
+            operators: false,
+            peak_tflops: None,
+            peak_tbps: None,
         }
     }
 }
@@ -227,6 +238,10 @@ pub struct Profile {
     /// from one file per rank).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub clock_offsets_ns: BTreeMap<u32, i64>,
+    /// The operator view (`--by op`): per operator kernel time, calls, shapes, FLOPs, bytes and
+    /// roofline, its keys at the top level of the JSON.
+    #[serde(flatten)]
+    pub by_operator: Option<operators::OperatorView>,
 }
 
 /// Fail with one clear line when `trace` has nothing a profile can use.

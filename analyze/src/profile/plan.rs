@@ -9,10 +9,13 @@
 //! instances in constant time. What is summed per instance, per selection, per (device, process)
 //! pair and for the whole trace is kept per chunk of rows ([`WorkChunk`]) and merged in order
 //! ([`Merged`]); each op's start, end, device, process and kind are kept for the timeline sweep.
+//! With `--by op` a context also names the operator call its calls were made in, and each kernel
+//! of the measured steps is summed under that call's operator as well ([`super::operators`]).
 
 use std::collections::{BTreeMap, HashSet};
 
 use crate::attribution::launches::{CorrRuns, Cursor, LaunchIndex};
+use crate::attribution::operators::Operators;
 use crate::attribution::ranges::{Pieces, Sets};
 use crate::kernels::class::{Classifier, KernelClass};
 use crate::model::trace::{MemOpKind, Nanos, StrId, Trace};
@@ -21,6 +24,7 @@ use crate::stats::attribution::FastMap;
 
 use super::breakdown::{COMMUNICATION, COMPUTE, GRAPH, KINDS, MEMCPY, MEMSET};
 use super::devices::Pair;
+use super::operators::{OpChunk, OpPlan, OpTotals};
 use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
 use super::summary::{Item, Totals};
 use super::sweep::{Op, PID_BITS};
@@ -59,9 +63,10 @@ impl Ranges {
         }
     }
 
-    /// The chunk's id of the context of a call.
+    /// The chunk's id of the context of a call made inside operator call `op` (or none,
+    /// [`crate::attribution::operators::NONE`]).
     #[inline]
-    pub(super) fn context(&self, c: &mut ApiChunk, pid: u32, tid: u32, start: i64) -> u32 {
+    pub(super) fn context(&self, c: &mut ApiChunk, pid: u32, tid: u32, start: i64, op: u32) -> u32 {
         let hint = match c.last {
             Some((p, h)) if p == pid => h,
             _ => 0,
@@ -69,7 +74,12 @@ impl Ranges {
         let pieces = self.pieces.get(&pid).unwrap_or(&self.none);
         let piece = pieces.piece(start, hint);
         c.last = Some((pid, piece));
-        let key = (pid, tid, pieces.sets[piece]);
+        let key = Context {
+            pid,
+            tid,
+            set: pieces.sets[piece],
+            op,
+        };
         if let Some((k, id)) = c.last_ctx {
             if k == key {
                 return id;
@@ -85,15 +95,26 @@ impl Ranges {
     }
 }
 
+/// Where a call was made: what the work it launched is attributed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Context {
+    pub(super) pid: u32,
+    pub(super) tid: u32,
+    /// The set of ranges containing the call's start.
+    pub(super) set: u32,
+    /// The operator call it was made in, or [`crate::attribution::operators::NONE`] (always,
+    /// without `--by op`).
+    pub(super) op: u32,
+}
+
 /// The API calls of one chunk of rows.
 #[derive(Default)]
 pub(super) struct ApiChunk {
-    pub(super) ctx_index: FastMap<(u32, u32, u32), u32>,
-    /// (process, thread, set of ranges containing the start).
-    pub(super) ctxs: Vec<(u32, u32, u32)>,
+    pub(super) ctx_index: FastMap<Context, u32>,
+    pub(super) ctxs: Vec<Context>,
     pub(super) corr: FastMap<u32, CorrRuns>,
     pub(super) last: Option<(u32, usize)>,
-    pub(super) last_ctx: Option<((u32, u32, u32), u32)>,
+    pub(super) last_ctx: Option<(Context, u32)>,
 }
 
 /// Kernel classes by the chunk's kernel id, from the texts of the kernels' names.
@@ -277,6 +298,9 @@ pub(super) struct WorkChunk<N> {
     /// Kernels and graphs no launch call claims that a step holds in time: count, time.
     pub(super) by_time: (usize, i64),
     pub(super) traced_graphs: HashSet<(u32, u64)>,
+    /// The operator sums (`--by op`), and the views a piece of work counts in.
+    pub(super) operators: OpChunk,
+    pub(super) op_views: Vec<usize>,
 }
 
 impl<N> Default for WorkChunk<N> {
@@ -299,6 +323,8 @@ impl<N> Default for WorkChunk<N> {
             any_linked: false,
             by_time: (0, 0),
             traced_graphs: HashSet::new(),
+            operators: OpChunk::default(),
+            op_views: Vec::new(),
         }
     }
 }
@@ -348,6 +374,8 @@ pub(super) struct Plan {
     /// Phases without instances, with the note that says why, in order.
     pub(super) phase_notes: Vec<(usize, String)>,
     pub(super) attention: [Option<usize>; 3],
+    /// The operator calls and their views (`--by op`).
+    pub(super) operators: Option<OpPlan>,
 }
 
 impl Plan {
@@ -355,7 +383,8 @@ impl Plan {
         trace: &Trace,
         opts: &ProfileOptions,
         ranges: &Ranges,
-        ctxs: &[(u32, u32, u32)],
+        ctxs: &[Context],
+        operators: Option<Operators>,
     ) -> Plan {
         let mut step_pattern = opts.steps.as_str().to_owned();
         let mut step_names = names_matching(trace, |n| opts.steps.is_match(n));
@@ -444,14 +473,14 @@ impl Plan {
                 }
                 let of_ctx = ctxs
                     .iter()
-                    .map(|&(_, tid, set)| {
+                    .map(|ctx| {
                         ranges
                             .sets
-                            .get(set)
+                            .get(ctx.set)
                             .iter()
                             .filter(|&&r| {
                                 opts.attribution == Attribution::Process
-                                    || trace.ranges[r as usize].tid == tid
+                                    || trace.ranges[r as usize].tid == ctx.tid
                             })
                             .filter_map(|r| by_range.get(r).map(|&i| (*r, i)))
                             .min()
@@ -478,6 +507,18 @@ impl Plan {
             }
         }
         step_times.sort_unstable();
+        let operators = operators.map(|ops| {
+            let mut view_of_selection = vec![None; selections.len()];
+            for (k, p) in phases.iter().enumerate() {
+                view_of_selection[p.2] = Some(k + 1);
+            }
+            OpPlan {
+                ops,
+                of_ctx: ctxs.iter().map(|c| c.op).collect(),
+                view_of_selection,
+                views: phases.len() + 1,
+            }
+        });
         Plan {
             step_pattern,
             steps,
@@ -487,10 +528,10 @@ impl Plan {
             phases,
             phase_notes,
             attention,
+            operators,
         }
     }
 
-    /// Attribute one piece of work and add it up everywhere it counts.
     /// The step instance whose range holds `t`: of process `pid` where one does, else any.
     fn step_at(&self, t: i64, pid: u32) -> Option<u32> {
         let n = self.step_times.partition_point(|s| s.0 <= t);
@@ -505,6 +546,7 @@ impl Plan {
         any
     }
 
+    /// Attribute one piece of work and add it up everywhere it counts.
     pub(super) fn work<N>(&self, c: &mut WorkChunk<N>, launches: &LaunchIndex, w: Work) {
         let end = w.end.max(w.start);
         if c.instances.len() < self.selections.len() {
@@ -536,6 +578,10 @@ impl Plan {
             c.by_time.0 += 1;
             c.by_time.1 = c.by_time.1.saturating_add(end.saturating_sub(w.start));
         }
+        c.op_views.clear();
+        if self.operators.is_some() && self.step_sel.is_none() {
+            c.op_views.push(0);
+        }
         for (s, sel) in self.selections.iter().enumerate() {
             let inst = c
                 .scratch
@@ -549,6 +595,13 @@ impl Plan {
             }
             c.instances[s].entry(inst).or_default().add(&w, end);
             c.selections[s].add(&w, end);
+            if let Some(ops) = &self.operators {
+                ops.claimed(&mut c.op_views, s, self.step_sel);
+            }
+        }
+        if let Some(ops) = &self.operators {
+            let d = end.saturating_sub(w.start);
+            ops.work(&mut c.operators, &mut c.op_views, &c.scratch, w.what, d);
         }
         c.whole.add(&w, end);
         let key = (w.device, w.pid);
@@ -607,6 +660,7 @@ pub(super) struct Merged {
     pub(super) any_linked: bool,
     /// Kernels and graphs counted in a step by time, not by a launch call: count, time.
     pub(super) by_time: (usize, i64),
+    pub(super) operators: Option<OpTotals>,
 }
 
 /// Totals of sums whose kernel ids name `names`.
@@ -654,10 +708,13 @@ impl Merged {
             rest: Vec::new(),
             any_linked: false,
             by_time: (0, 0),
+            operators: None,
         };
         let text = |id: StrId| trace.name(id).to_owned();
         let last = chunks.len().saturating_sub(1);
+        let mut op_chunks = Vec::new();
         for (i, mut c) in chunks.into_iter().enumerate() {
+            op_chunks.push(std::mem::take(&mut c.operators));
             m.any_linked |= c.any_linked;
             m.by_time.0 += c.by_time.0;
             m.by_time.1 = m.by_time.1.saturating_add(c.by_time.1);
@@ -682,6 +739,7 @@ impl Merged {
                 merge_pair(m.pairs.entry(k).or_default(), &p);
             }
         }
+        m.operators = (plan.operators.as_ref()).map(|p| OpTotals::new(p, op_chunks.into_iter()));
         m
     }
 }

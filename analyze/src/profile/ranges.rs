@@ -31,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+pub use crate::attribution::operators::group_name;
 use crate::formats::kineto::GPU_ANNOTATION_DOMAIN;
 use crate::model::trace::{GraphExec, Nanos, Range, Trace};
 
@@ -95,17 +96,6 @@ pub fn untraced_graphs(trace: &Trace) -> Vec<bool> {
 /// the GPU-side mirror of one (Kineto's `gpu_user_annotation`).
 pub fn is_host_range(trace: &Trace, range: &Range) -> bool {
     !matches!(range.domain, Some(d) if trace.name(d) == GPU_ANNOTATION_DOMAIN)
-}
-
-/// The name a range groups under: PyTorch's `emit_nvtx` labels without the sequence number, op
-/// id, sizes and input op ids it appends (`aten::mm, seq = 45, op_id = 678` → `aten::mm`), which
-/// differ on every call and mean nothing across runs; any other name as it is.
-pub fn group_name(label: &str) -> &str {
-    const KEYS: [&str; 4] = [", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = "];
-    KEYS.iter()
-        .filter_map(|k| label.find(k))
-        .min()
-        .map_or(label, |i| &label[..i])
 }
 
 /// The host range name (grouped as [`group_name`]) nearest to `wanted` ignoring case, when it is
@@ -258,27 +248,4 @@ pub fn steps_per_process(trace: &Trace, steps: &[usize]) -> usize {
         *per_process.entry(trace.ranges[s].pid).or_default() += 1;
     }
     per_process.values().copied().max().unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::group_name;
-
-    #[test]
-    fn emit_nvtx_labels_group_under_their_operator() {
-        assert_eq!(group_name("aten::mm, op_id = 123"), "aten::mm");
-        assert_eq!(
-            group_name("MmBackward0, seq = 45, op_id = 678"),
-            "MmBackward0"
-        );
-        assert_eq!(group_name("aten::linear, seq = 7"), "aten::linear");
-        assert_eq!(
-            group_name(
-                "aten::addmm, seq = 8, op_id = 9, sizes = [[4], [4, 8]], input_op_ids = [3]"
-            ),
-            "aten::addmm"
-        );
-        assert_eq!(group_name("forward"), "forward");
-        assert_eq!(group_name("a, b = 1"), "a, b = 1");
-    }
 }

@@ -1,14 +1,17 @@
 //! [`Profile::document`]: a profile as tables (phases with where their GPU time goes, top
 //! non-GEMM kernels, time by class, attention, and per device and process when a trace holds
-//! several), laid out like the tables of a profiling write-up: milliseconds with three decimals,
-//! percentages with one; the longest idle gaps are notes under the phases. The JSON view is the
-//! serialised [`Profile`] itself.
+//! several, and by operator with `--by op`), laid out like the tables of a profiling write-up:
+//! milliseconds with three decimals, percentages with one; the longest idle gaps are notes under
+//! the phases. The JSON view is the serialised [`Profile`] itself.
 
+use crate::attribution::operators::OperatorSource;
 use crate::kernels::class::KernelClass;
 use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
 use crate::render::{Cell, Document, Section, Table};
+use crate::roofline::Bound;
 
 use super::devices::DeviceProfile;
+use super::operators::OperatorView;
 use super::summary::per_step;
 use super::{PhaseProfile, Profile};
 
@@ -229,6 +232,9 @@ impl Profile {
         if !self.clock_offsets_ns.is_empty() {
             sections.push(self.ranks_section());
         }
+        if let Some(v) = &self.by_operator {
+            sections.extend(v.sections(self.measured_steps));
+        }
         Document {
             sections,
             json: serde_json::to_value(self).ok(),
@@ -332,5 +338,191 @@ impl Profile {
             table: t,
             notes,
         }
+    }
+}
+
+impl OperatorView {
+    /// The operators (time in all and per phase), the shapes they ran, their roofline, and the
+    /// top-level operators, each a table; the unattributed kernels as a row of the first.
+    pub fn sections(&self, steps: usize) -> Vec<Section> {
+        let phases: Vec<&str> = self
+            .operators
+            .first()
+            .map(|o| o.phases.iter().map(|p| p.phase.as_str()).collect())
+            .unwrap_or_default();
+        let mut columns = vec![
+            "Operator".to_owned(),
+            "Calls".into(),
+            "Kernels".into(),
+            "GPU (ms)".into(),
+            "Share %".into(),
+        ];
+        columns.extend(phases.iter().map(|p| format!("{p} (ms)")));
+        columns.push("Shapes".into());
+        let mut ops = Table::new(columns);
+        let kernel_ns = self
+            .operators
+            .iter()
+            .fold(self.unattributed_ns, |a, o| a.saturating_add(o.gpu_ns));
+        let share = |ns: i64| {
+            pct(if kernel_ns > 0 {
+                ns as f64 / kernel_ns as f64
+            } else {
+                0.0
+            })
+        };
+        for o in &self.operators {
+            let mut row = vec![
+                Cell::text(&o.name),
+                Cell::Int(o.calls as i64),
+                Cell::Int(o.kernels as i64),
+                ms(o.gpu_ns as f64),
+                share(o.gpu_ns),
+            ];
+            row.extend(o.phases.iter().map(|p| ms(p.gpu_ns as f64)));
+            row.push(Cell::Int(o.shapes.len() as i64));
+            ops.push(row);
+        }
+        if self.unattributed_kernels > 0 {
+            let mut row = vec![
+                Cell::text("unattributed"),
+                Cell::Missing,
+                Cell::Int(self.unattributed_kernels as i64),
+                ms(self.unattributed_ns as f64),
+                share(self.unattributed_ns),
+            ];
+            row.extend(phases.iter().map(|_| Cell::Missing));
+            row.push(Cell::Missing);
+            ops.push(row);
+        }
+        let over = if steps > 0 {
+            format!(
+                "the {steps} measured step{}",
+                if steps == 1 { "" } else { "s" }
+            )
+        } else {
+            "the whole trace".to_owned()
+        };
+        let mut notes = vec![format!(
+            "Kernels (and CUDA graphs traced whole) of {over} by the innermost PyTorch operator call around their launch call, on its thread ({}): {:.3} ms of kernel time in all. Calls: operator calls that launched GPU work; GPU (ms): their kernel time over all the steps, and per phase.",
+            match self.operator_source {
+                Some(OperatorSource::CpuOp) => "Kineto's cpu_op events",
+                Some(OperatorSource::EmitNvtx) => "emit_nvtx ranges",
+                None => "no operator calls",
+            },
+            kernel_ns as f64 / 1e6
+        )];
+        notes.extend(self.operator_notes.iter().map(|n| format!("note: {n}")));
+        let mut sections = vec![Section {
+            title: Some("Operators".into()),
+            table: ops,
+            notes,
+        }];
+
+        let mut shapes = Table::new(["Operator", "Sizes", "Calls", "Kernels", "GPU (ms)"]);
+        for o in &self.operators {
+            for sh in &o.shapes {
+                shapes.push(vec![
+                    Cell::text(&o.name),
+                    Cell::text(&sh.sizes),
+                    Cell::Int(sh.calls as i64),
+                    Cell::Int(sh.kernels as i64),
+                    ms(sh.gpu_ns as f64),
+                ]);
+            }
+        }
+        sections.push(Section {
+            title: Some("Operator shapes".into()),
+            table: shapes,
+            notes: vec![
+                "The inputs' sizes of each operator's calls as recorded, most time first.".into(),
+            ],
+        });
+
+        let mut roof = Table::new([
+            "Operator",
+            "Type",
+            "GFLOP",
+            "GB",
+            "TFLOP/s",
+            "TB/s",
+            "FLOP/B",
+            "Bound",
+            "Roof",
+            "% of roof",
+        ]);
+        for o in &self.operators {
+            let p = &o.placement;
+            roof.push(vec![
+                Cell::text(&o.name),
+                o.dtype.map_or(Cell::Missing, Cell::text),
+                opt_float(o.flops.map(|f| f as f64 / 1e9), 3),
+                opt_float(o.bytes.map(|b| b as f64 / 1e9), 3),
+                opt_float(p.achieved_tflops, 3),
+                opt_float(p.achieved_tbps, 3),
+                opt_float(p.intensity, 2),
+                p.bound.map_or(Cell::Missing, |b| {
+                    Cell::text(match b {
+                        Bound::Compute => "compute",
+                        Bound::Memory => "memory",
+                    })
+                }),
+                o.roof.map_or(Cell::Missing, Cell::text),
+                opt_pct(p.roof_fraction),
+            ]);
+        }
+        let mut notes = vec!["FLOPs and bytes from each call's recorded shapes: matrix products 2·M·N·K, attention 4·B·H·L·S·E (halved when causal, ×2.5 backward), pointwise one FLOP per output element and reductions one per input element (floors), copies none; bytes are the inputs and the output. TFLOP/s and TB/s over the GPU time of the calls with shapes.".to_owned()];
+        match &self.device_peak {
+            Some(d) => {
+                let rates: Vec<String> = d
+                    .tflops
+                    .iter()
+                    .map(|(unit, v)| format!("{unit} {v}"))
+                    .collect();
+                let gpu = d
+                    .gpu
+                    .as_ref()
+                    .map_or(String::new(), |g| format!(" (the trace's `{g}`)"));
+                notes.push(format!(
+                    "Roofs: {}{gpu}, from the {}: {} dense TFLOP/s, {} TB/s. Bound: compute when FLOP/B reaches the ridge (peak TFLOP/s over TB/s of the operator's roof), else memory; % of roof: TFLOP/s over the roof's peak (compute), TB/s over the bandwidth (memory).",
+                    d.name,
+                    d.from,
+                    rates.join(", "),
+                    d.tbps
+                ));
+            }
+            None => notes.push("No roofs: the GPU is not in the table of peaks (--peak-tflops and --peak-tbps give them).".into()),
+        }
+        sections.push(Section {
+            title: Some("Roofline by operator".into()),
+            table: roof,
+            notes,
+        });
+
+        let mut top = Table::new([
+            "Top-level operator",
+            "Calls",
+            "Kernels",
+            "GPU (ms)",
+            "GPU/step (ms)",
+            "Share %",
+        ]);
+        let per_step = |ns: i64| opt_ms(per_step(ns as f64, steps));
+        for t in &self.top_level_operators {
+            top.push(vec![
+                Cell::text(&t.name),
+                Cell::Int(t.calls as i64),
+                Cell::Int(t.kernels as i64),
+                ms(t.gpu_ns as f64),
+                per_step(t.gpu_ns),
+                pct(t.share),
+            ]);
+        }
+        sections.push(Section {
+            title: Some("Top-level operators".into()),
+            table: top,
+            notes: vec!["The outermost operator call of each chain that launched GPU work (aten::einsum over aten::bmm, an autograd node over its backward's operators).".into()],
+        });
+        sections
     }
 }

@@ -312,6 +312,7 @@ impl Taken {
             .map(|k| k.span.pid)
             .chain(trace.api_calls.iter().map(|c| c.pid))
             .chain(trace.ranges.iter().map(|r| r.pid))
+            .chain(trace.ops.iter().map(|o| o.pid))
             .chain(trace.mem_ops.iter().map(|m| m.span.pid))
             .collect();
         let devices: BTreeSet<u32> = trace
@@ -349,6 +350,9 @@ impl Taken {
         }
         for r in trace.ranges.iter_mut().chain(&mut trace.open_ranges) {
             pid(&mut r.pid);
+        }
+        for o in &mut trace.ops {
+            pid(&mut o.pid);
         }
         for m in &mut trace.marks {
             pid(&mut m.pid);
@@ -415,6 +419,10 @@ fn shift(trace: &mut Trace, offset: i64) {
     for m in &mut trace.marks {
         by(&mut m.time);
     }
+    for o in &mut trace.ops {
+        by(&mut o.start);
+        by(&mut o.end);
+    }
 }
 
 /// `other`'s records added to `into`, their names interned in `into`'s strings.
@@ -448,6 +456,13 @@ fn append(into: &mut Trace, other: Trace) {
         m.name = id(m.name);
         m.domain = m.domain.map(id);
         m
+    }));
+    into.ops.extend(other.ops.into_iter().map(|mut o| {
+        o.name = id(o.name);
+        o.shapes = o.shapes.map(id);
+        o.types = o.types.map(id);
+        o.concrete = o.concrete.map(id);
+        o
     }));
     into.mem_ops.extend(other.mem_ops);
     into.graph_execs.extend(other.graph_execs);

@@ -84,7 +84,8 @@ pub trait TraceSource {
     /// The file shown in messages.
     fn path(&self) -> &Path;
 
-    /// Everything but the kernels and API calls: metadata, NVTX ranges and marks (when `nvtx`),
+    /// Everything but the kernels and API calls: metadata, NVTX ranges and marks and operator
+    /// calls (when `nvtx`),
     /// memory operations (when `mem_ops`), graph executions, GPUs.
     fn small_tables(&mut self, nvtx: bool, mem_ops: bool) -> Result<Trace>;
 
