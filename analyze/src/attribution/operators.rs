@@ -317,7 +317,7 @@ fn spelled(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::trace::{Nanos, OpCall, Range, RangeStyle, Source, SourceFormat};
+    use crate::model::trace::{Nanos, OpCall, Range, Source, SourceFormat};
 
     #[test]
     fn emit_nvtx_labels_group_under_their_operator() {
@@ -346,16 +346,7 @@ mod tests {
 
     fn range(trace: &mut Trace, name: &str, tid: u32, start: i64, end: i64) {
         let name = trace.strings.intern(name);
-        trace.ranges.push(Range {
-            start: Nanos(start),
-            end: Nanos(end),
-            style: RangeStyle::PushPop,
-            name,
-            domain: None,
-            pid: 1,
-            tid,
-            end_tid: None,
-        });
+        trace.ranges.push(Range::push_pop(name, 1, tid, start, end));
     }
 
     #[test]

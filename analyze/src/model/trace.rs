@@ -211,6 +211,25 @@ impl Kernel {
     }
 }
 
+#[cfg(test)]
+impl Kernel {
+    /// For tests: a kernel called `name` (its short name too) of one thread, run over `span`.
+    pub(crate) fn named(name: StrId, span: Span) -> Kernel {
+        Kernel {
+            span,
+            name,
+            short_name: name,
+            mangled_name: None,
+            grid: [1; 3],
+            block: [1; 3],
+            registers_per_thread: 0,
+            static_shared_memory: 0,
+            dynamic_shared_memory: 0,
+            graph_node_id: None,
+        }
+    }
+}
+
 /// One execution of a CUDA graph, as a whole: Nsight Systems' default graph tracing records each
 /// graph launch's span on the GPU and not the kernels inside it.
 #[derive(Clone, Debug, Serialize)]
@@ -298,6 +317,23 @@ pub struct Range {
 impl Range {
     pub fn duration(&self) -> Nanos {
         self.end - self.start
+    }
+}
+
+#[cfg(test)]
+impl Range {
+    /// For tests: a push/pop range of the default domain on thread `tid` of process `pid`.
+    pub(crate) fn push_pop(name: StrId, pid: u32, tid: u32, start: i64, end: i64) -> Range {
+        Range {
+            start: Nanos(start),
+            end: Nanos(end),
+            style: RangeStyle::PushPop,
+            name,
+            domain: None,
+            pid,
+            tid,
+            end_tid: None,
+        }
     }
 }
 

@@ -192,18 +192,7 @@ mod tests {
 
     fn kernel(t: &mut Trace, name: &str, start: i64, end: i64) -> Kernel {
         let name = t.strings.intern(name);
-        Kernel {
-            span: span(start, end),
-            name,
-            short_name: name,
-            mangled_name: None,
-            grid: [1; 3],
-            block: [1; 3],
-            registers_per_thread: 0,
-            static_shared_memory: 0,
-            dynamic_shared_memory: 0,
-            graph_node_id: None,
-        }
+        Kernel::named(name, span(start, end))
     }
 
     fn mem_op(start: i64, end: i64, kind: MemOpKind) -> MemOp {
@@ -247,7 +236,7 @@ mod tests {
     /// steps' spans is one gap, listed once.
     #[test]
     fn an_idle_stretch_in_overlapping_steps_is_listed_once() {
-        use crate::model::trace::{ApiCall, ApiKind, Range, RangeStyle};
+        use crate::model::trace::{ApiCall, ApiKind, Range};
         let mut t = Trace::empty(Source::new("t", SourceFormat::NsysSqlite));
         let launch = t.strings.intern("cudaLaunchKernel");
         let step = t.strings.intern("step_0");
@@ -275,16 +264,7 @@ mod tests {
         t.kernels = kernels;
         t.api_calls.sort_by_key(|c| c.start);
         for pid in [1, 2] {
-            t.ranges.push(Range {
-                start: Nanos(-10),
-                end: Nanos(100),
-                style: RangeStyle::PushPop,
-                name: step,
-                domain: None,
-                pid,
-                tid: pid,
-                end_tid: None,
-            });
+            t.ranges.push(Range::push_pop(step, pid, pid, -10, 100));
         }
         let p = profile(&t, &Classifier::builtin(), &ProfileOptions::default());
         assert_eq!(p.step_breakdown.len(), 2, "{:?}", p.step_breakdown);

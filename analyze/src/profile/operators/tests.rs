@@ -3,7 +3,7 @@
 
 use crate::kernels::class::Classifier;
 use crate::model::trace::{
-    ApiCall, ApiKind, Gpu, Kernel, Nanos, Range, RangeStyle, Source, SourceFormat, Span, Trace,
+    ApiCall, ApiKind, Gpu, Kernel, Nanos, Range, Source, SourceFormat, Span, Trace,
 };
 use crate::profile::{profile, ProfileOptions};
 
@@ -27,16 +27,7 @@ fn trace() -> Trace {
     ];
     for (label, tid, start, end) in ranges {
         let name = t.strings.intern(label);
-        t.ranges.push(Range {
-            start: Nanos(start),
-            end: Nanos(end),
-            style: RangeStyle::PushPop,
-            name,
-            domain: None,
-            pid: 1,
-            tid,
-            end_tid: None,
-        });
+        t.ranges.push(Range::push_pop(name, 1, tid, start, end));
     }
     let kernels = [
         ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n", 1, 30, 2000, 2100),
@@ -49,25 +40,15 @@ fn trace() -> Trace {
     for (i, (name, tid, at, start, end)) in kernels.into_iter().enumerate() {
         let name = t.strings.intern(name);
         let corr = i as u64 + 1;
-        t.kernels.push(Kernel {
-            span: Span {
-                start: Nanos(start),
-                end: Nanos(end),
-                device: 0,
-                stream: 7,
-                correlation_id: corr,
-                pid: 1,
-            },
-            name,
-            short_name: name,
-            mangled_name: None,
-            grid: [1; 3],
-            block: [1; 3],
-            registers_per_thread: 0,
-            static_shared_memory: 0,
-            dynamic_shared_memory: 0,
-            graph_node_id: None,
-        });
+        let span = Span {
+            start: Nanos(start),
+            end: Nanos(end),
+            device: 0,
+            stream: 7,
+            correlation_id: corr,
+            pid: 1,
+        };
+        t.kernels.push(Kernel::named(name, span));
         t.api_calls.push(ApiCall {
             start: Nanos(at),
             end: Nanos(at + 5),
