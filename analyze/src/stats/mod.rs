@@ -104,40 +104,37 @@ impl Report {
 
     /// The data the report reads; the report needs every entry.
     fn needs(self) -> &'static [Missing] {
-        const KERNEL: Missing = Missing {
-            data: "CUDA kernel data",
-            tables: &["CUPTI_ACTIVITY_KIND_KERNEL"],
-            why: "the capture traced no CUDA kernels",
-        };
-        const API: Missing = Missing {
-            data: "CUDA API data",
-            tables: &["CUPTI_ACTIVITY_KIND_RUNTIME"],
-            why: "the capture did not trace CUDA",
-        };
+        const KERNEL: Missing = Missing::new(
+            "CUDA kernel data",
+            &["CUPTI_ACTIVITY_KIND_KERNEL"],
+            "the capture traced no CUDA kernels",
+        );
+        const API: Missing = Missing::new(
+            "CUDA API data",
+            &["CUPTI_ACTIVITY_KIND_RUNTIME"],
+            "the capture did not trace CUDA",
+        );
         // cuda_api_sum words the same lack differently.
-        const API_TRACE: Missing = Missing {
-            data: "CUDA trace data",
-            ..API
-        };
-        const NVTX: Missing = Missing {
-            data: "NV Tools Extension (NVTX) data",
-            tables: &["NVTX_EVENTS"],
-            why: "the capture did not trace NVTX, or the program emitted none",
-        };
-        const MEMORY: Missing = Missing {
-            data: "GPU memory data",
-            tables: &["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"],
-            why: "the capture traced no memcpy or memset",
-        };
-        const GPU_OPS: Missing = Missing {
-            data: "GPU operation data",
-            tables: &[
+        const API_TRACE: Missing = API.called("CUDA trace data");
+        const NVTX: Missing = Missing::new(
+            "NV Tools Extension (NVTX) data",
+            &["NVTX_EVENTS"],
+            "the capture did not trace NVTX, or the program emitted none",
+        );
+        const MEMORY: Missing = Missing::new(
+            "GPU memory data",
+            &["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"],
+            "the capture traced no memcpy or memset",
+        );
+        const GPU_OPS: Missing = Missing::new(
+            "GPU operation data",
+            &[
                 "CUPTI_ACTIVITY_KIND_KERNEL",
                 "CUPTI_ACTIVITY_KIND_MEMCPY",
                 "CUPTI_ACTIVITY_KIND_MEMSET",
             ],
-            why: "the capture traced no GPU work",
-        };
+            "the capture traced no GPU work",
+        );
         match self {
             Report::CudaGpuKernSum(_) => &[KERNEL],
             Report::CudaApiSum => &[API_TRACE],
@@ -194,6 +191,21 @@ pub struct Missing {
     pub tables: &'static [&'static str],
     /// Why an export lacks them.
     pub why: &'static str,
+}
+
+impl Missing {
+    pub const fn new(
+        data: &'static str,
+        tables: &'static [&'static str],
+        why: &'static str,
+    ) -> Missing {
+        Missing { data, tables, why }
+    }
+
+    /// The same lack, the data called otherwise.
+    const fn called(self, data: &'static str) -> Missing {
+        Missing { data, ..self }
+    }
 }
 
 impl fmt::Display for Missing {

@@ -14,7 +14,7 @@ use crate::render::Table;
 use crate::source::{self, Opened, TraceSource};
 
 use super::attribution::{all_ranges, Labels};
-use super::gather::{ApiChunk, Gathered, Gatherer, KernelChunk};
+use super::gather::{ApiChunk, Gathered, Gatherer, KernelChunk, Work};
 use super::{assemble, needs, reads_ranges, tables, Missing, Report};
 
 /// Bytes kept per kernel and per API call while streaming (durations as `u32`, and the index of
@@ -70,7 +70,13 @@ pub(super) fn source_reports<S: TraceSource>(
     let mut kernels = if needs.kernels {
         source.scan_kernels(needs.mangled, false, KernelChunk::default, |c, k| {
             S::with_raw_names(k.names, |names| {
-                g.kernel(c, &calls, k.start, k.end, k.pid, k.correlation_id, names)
+                let work = Work {
+                    start: k.start,
+                    end: k.end,
+                    pid: k.pid,
+                    correlation_id: k.correlation_id,
+                };
+                g.kernel(c, &calls, work, names)
             });
         })?
     } else {
@@ -79,14 +85,13 @@ pub(super) fn source_reports<S: TraceSource>(
     source.check_bounds()?;
     let mut ops = KernelChunk::default();
     for m in &trace.mem_ops {
-        g.mem_op(
-            &mut ops,
-            &calls,
-            m.start.0,
-            m.end.0,
-            m.pid,
-            m.correlation_id,
-        );
+        let work = Work {
+            start: m.start.0,
+            end: m.end.0,
+            pid: m.pid,
+            correlation_id: m.correlation_id,
+        };
+        g.mem_op(&mut ops, &calls, work);
     }
     kernels.push(ops);
     let mut gathered = source.resolve(&mut trace, |names| Gathered::finish(calls, kernels, names));
