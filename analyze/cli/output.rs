@@ -49,13 +49,17 @@ impl OutputArgs {
         analyze::cli::print(&render_fitted(format, shown, width))?;
         if let Some(dir) = &self.output {
             let written = write_tables(dir, whole, format)?;
-            self.note(&format!(
-                "wrote {} table file{} into {}",
-                written.len(),
-                if written.len() == 1 { "" } else { "s" },
-                dir.display()
-            ));
+            self.note_written(written.len(), dir);
         }
         Ok(())
+    }
+
+    /// The note that `n` table files went into `dir`.
+    pub fn note_written(&self, n: usize, dir: &std::path::Path) {
+        self.note(&format!(
+            "wrote {n} table file{} into {}",
+            if n == 1 { "" } else { "s" },
+            dir.display()
+        ));
     }
 }

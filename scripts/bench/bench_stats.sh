@@ -14,7 +14,9 @@ cd "$(dirname "$0")/../.."
 
 EXPORT=${1:-../shared/fixtures/ours/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz}
 RUNS=${2:-10}
-REPORTS=(cuda_gpu_kern_sum nvtx_kern_sum nvtx_gpu_proj_sum all)
+# The trace reports (a row per kernel or API call, not part of `all`) last; nsys is timed on the
+# first three.
+REPORTS=(cuda_gpu_kern_sum nvtx_kern_sum nvtx_gpu_proj_sum all cuda_gpu_trace cuda_kern_exec_trace cuda_api_trace)
 
 if [[ ! -f $EXPORT ]]; then
     echo "bench_stats: $EXPORT not found" >&2

@@ -40,6 +40,7 @@ mod memory_public;
 mod nsys_ingest;
 mod nsys_public;
 mod nsys_stats_golden;
+mod nsys_stats_trace;
 mod operators;
 mod outputs;
 mod profile;

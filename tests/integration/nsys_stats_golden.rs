@@ -5,11 +5,13 @@
 //!
 //! The five small exports and their CSVs are in `fixtures/nsys/`; the 137k-kernel export is read
 //! from the shared fixtures beside the checkout when they are there. The captures of
-//! `fixtures/captures/` (CUDA graphs traced both ways, two processes on two GPUs) are checked for
-//! the four reports their CSVs hold.
+//! `fixtures/captures/` (CUDA graphs traced both ways, two processes on two GPUs, PyTorch's own
+//! per-operator NVTX ranges) are checked for the four reports their CSVs hold, plain or
+//! gzip-compressed.
 
 use crate::common;
 
+use std::io::Read;
 use std::path::Path;
 
 use analyze::render::{render_to_string, Document, Format};
@@ -44,9 +46,7 @@ fn check_reports(export: &Path, stats_dir: &Path, stem: &str, reports: &[(&str, 
     let trace = analyze::formats::load_trace(export).unwrap();
     let mut failures = Vec::new();
     for (name, suffix) in reports {
-        let golden_path = stats_dir.join(format!("{stem}_{suffix}.csv"));
-        let golden = std::fs::read_to_string(&golden_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", golden_path.display()));
+        let golden = golden(&stats_dir.join(format!("{stem}_{suffix}.csv")));
         let report: Report = name.parse().unwrap();
         let table = stats::report(&trace, report).unwrap();
         let ours = render_to_string(Format::Csv, &Document::single(table));
@@ -64,7 +64,23 @@ fn check_reports(export: &Path, stats_dir: &Path, stem: &str, reports: &[(&str, 
     );
 }
 
-fn first_difference(report: &str, ours: &str, golden: &str) -> String {
+/// The CSV at `path`, or gzip-compressed beside it (`.csv.gz`).
+pub fn golden(path: &Path) -> String {
+    let mut text = String::new();
+    let read = match std::fs::File::open(path) {
+        Ok(mut f) => f.read_to_string(&mut text),
+        Err(_) => {
+            let gz = path.with_extension("csv.gz");
+            let f = std::fs::File::open(&gz).unwrap_or_else(|e| panic!("{}: {e}", gz.display()));
+            flate2::read::GzDecoder::new(f).read_to_string(&mut text)
+        }
+    };
+    read.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text
+}
+
+/// Where `ours` and `golden` first differ, for a test's message about `report`.
+pub fn first_difference(report: &str, ours: &str, golden: &str) -> String {
     let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), golden.lines().collect());
     for i in 0..a.len().max(b.len()) {
         let (x, y) = (a.get(i), b.get(i));
@@ -152,4 +168,12 @@ fn torch_graphs_node_small_l4_ctx128_train_fp32() {
 #[test]
 fn torch_ddp2_small_l4_ctx128_train_fp32() {
     check_capture("torch_ddp2_small_l4_ctx128_train_fp32");
+}
+
+/// PyTorch's `emit_nvtx`: 31,340 ranges named by operator, sequence number and input shapes
+/// (`aten::bmm, seq = 16, op_id = 34, sizes = [[...]]`), nearly every name its own row of
+/// `nvtx_sum` (31,319 rows).
+#[test]
+fn torch_emit_nvtx_small_l4_ctx128_train_fp32() {
+    check_capture("torch_emit_nvtx_small_l4_ctx128_train_fp32");
 }

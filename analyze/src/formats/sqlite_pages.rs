@@ -274,7 +274,8 @@ impl PageFile {
             same
         });
         let mut slots = vec![Slot::Null; fields.len()];
-        let mut buf = vec![0u8; self.page_size * RUN_PAGES];
+        // As many pages as one read takes: a scan of a few leaves reads no more.
+        let mut buf = vec![0u8; self.page_size * RUN_PAGES.min(leaves.len()).max(1)];
         let mut spill = Vec::new();
         let mut i = 0;
         while i < leaves.len() {
@@ -447,7 +448,11 @@ fn decode(
     let mut pos = 0;
     let mut next = 0;
     while next < wanted.len() && at < header_len {
-        let (t, n) = varint(&header[at..]).ok_or(BAD_HEADER)?;
+        // Serial types below 128, nearly all of them, are one byte.
+        let (t, n) = match header[at] {
+            b if b < 0x80 => (b as u64, 1),
+            _ => varint(&header[at..]).ok_or(BAD_HEADER)?,
+        };
         at += n;
         let len = match t {
             0..=127 => match SERIAL_LEN[t as usize] {

@@ -68,26 +68,39 @@ impl Sectioned for MarkdownRenderer {
 
 /// One Markdown table (numeric columns right-aligned).
 pub fn write_markdown_table(table: &Table, out: &mut dyn Write) -> io::Result<()> {
-    let header: Vec<String> = table.columns.iter().map(|c| markdown_escape(c)).collect();
-    writeln!(out, "| {} |", header.join(" | "))?;
-    let align: Vec<&str> = table
-        .numeric_columns()
-        .into_iter()
-        .map(|numeric| if numeric { "---:" } else { "---" })
-        .collect();
-    writeln!(out, "| {} |", align.join(" | "))?;
+    write!(
+        out,
+        "{}",
+        markdown_header(&table.columns, &table.numeric_columns())
+    )?;
     for row in &table.rows {
-        let cells: Vec<String> = row
-            .iter()
-            .map(|c| match c {
-                Cell::Missing => "-".to_owned(),
-                Cell::Text(s) if is_code(s) => code_span(s),
-                c => markdown_escape(&c.display()),
-            })
-            .collect();
-        writeln!(out, "| {} |", cells.join(" | "))?;
+        writeln!(out, "{}", markdown_row(row))?;
     }
     Ok(())
+}
+
+/// The two lines that open a Markdown table: the column names, then the alignment of each
+/// (numeric columns right-aligned).
+pub fn markdown_header(columns: &[String], numeric: &[bool]) -> String {
+    let header: Vec<String> = columns.iter().map(|c| markdown_escape(c)).collect();
+    let align: Vec<&str> = numeric
+        .iter()
+        .map(|&numeric| if numeric { "---:" } else { "---" })
+        .collect();
+    format!("| {} |\n| {} |\n", header.join(" | "), align.join(" | "))
+}
+
+/// One row of a Markdown table: missing values as `-`, code as code spans, the rest escaped.
+pub fn markdown_row(row: &[Cell]) -> String {
+    let cells: Vec<String> = row
+        .iter()
+        .map(|c| match c {
+            Cell::Missing => "-".to_owned(),
+            Cell::Text(s) if is_code(s) => code_span(s),
+            c => markdown_escape(&c.display()),
+        })
+        .collect();
+    format!("| {} |", cells.join(" | "))
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod json;
 pub mod markdown;
 #[cfg(feature = "analysis")]
 pub mod plot;
+pub mod stream;
 pub mod text;
 
 use std::io::{self, Write};
@@ -24,7 +25,9 @@ use serde_json::{Map, Value};
 pub use self::csv::CsvRenderer;
 pub use self::files::{check_output_dir, write_tables};
 pub use self::json::JsonRenderer;
-pub use self::markdown::{markdown_escape, write_markdown_table, MarkdownRenderer};
+pub use self::markdown::{
+    markdown_escape, markdown_header, markdown_row, write_markdown_table, MarkdownRenderer,
+};
 pub use self::text::TextRenderer;
 
 /// The width text tables are fitted to unless full names are asked for.

@@ -16,7 +16,7 @@ use super::{write_sections, Cell, Document, Renderer, Sectioned, Table};
 pub const MIN_TEXT: usize = 12;
 
 /// Spaces between columns.
-const GAP: usize = 2;
+pub(crate) const GAP: usize = 2;
 
 /// Aligned plain-text tables: numbers right-aligned, text left-aligned.
 pub struct TextRenderer {
@@ -82,7 +82,7 @@ fn line_width(widths: &[usize], columns: &[usize]) -> usize {
 }
 
 /// Narrow the text columns, the widest first, until the line fits `max` or none can be cut more.
-fn shrink(widths: &mut [usize], floor: &[Option<usize>], max: usize) {
+pub(crate) fn shrink(widths: &mut [usize], floor: &[Option<usize>], max: usize) {
     let all: Vec<usize> = (0..widths.len()).collect();
     while line_width(widths, &all) > max {
         let widest = (0..widths.len())
@@ -164,20 +164,7 @@ fn write_aligned(table: &Table, width: Option<usize>, out: &mut dyn Write) -> io
         }
     }
     let line = |out: &mut dyn Write, row: &[String], columns: &[usize]| -> io::Result<()> {
-        let mut parts = Vec::with_capacity(columns.len());
-        for (k, &i) in columns.iter().enumerate() {
-            let c = truncate_middle(&row[i], widths[i]);
-            let pad = widths[i].saturating_sub(c.chars().count());
-            let last = k + 1 == columns.len();
-            parts.push(if numeric[i] {
-                format!("{}{c}", " ".repeat(pad))
-            } else if last {
-                c
-            } else {
-                format!("{c}{}", " ".repeat(pad))
-            });
-        }
-        writeln!(out, "{}", parts.join(&" ".repeat(GAP)).trim_end())
+        writeln!(out, "{}", aligned_line(row, columns, &widths, &numeric))
     };
     let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
     for (g, columns) in groups.iter().enumerate() {
@@ -191,6 +178,30 @@ fn write_aligned(table: &Table, width: Option<usize>, out: &mut dyn Write) -> io
         }
     }
     Ok(())
+}
+
+/// The `columns` of `row` as one line: each cell cut to its width, numbers right-aligned and
+/// text left-aligned, [`GAP`] spaces between them, no spaces at the end.
+pub(crate) fn aligned_line(
+    row: &[String],
+    columns: &[usize],
+    widths: &[usize],
+    numeric: &[bool],
+) -> String {
+    let mut parts = Vec::with_capacity(columns.len());
+    for (k, &i) in columns.iter().enumerate() {
+        let c = truncate_middle(&row[i], widths[i]);
+        let pad = widths[i].saturating_sub(c.chars().count());
+        let last = k + 1 == columns.len();
+        parts.push(if numeric[i] {
+            format!("{}{c}", " ".repeat(pad))
+        } else if last {
+            c
+        } else {
+            format!("{c}{}", " ".repeat(pad))
+        });
+    }
+    parts.join(&" ".repeat(GAP)).trim_end().to_owned()
 }
 
 #[cfg(test)]

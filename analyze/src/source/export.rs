@@ -70,6 +70,12 @@ impl ExportSource {
             found: Mutex::default(),
         }))
     }
+
+    /// The export itself, for readers of columns the rows above leave out (the trace reports of
+    /// [`crate::stats`]).
+    pub fn export(&self) -> &Export {
+        &self.export
+    }
 }
 
 /// The names of an export's rows, resolved into the trace's strings.

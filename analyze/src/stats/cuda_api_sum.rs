@@ -17,12 +17,11 @@ use super::{time_table, TimeRow};
 /// A function name as nsys prints it: a trailing `_vNNNN` (exactly six characters starting with
 /// `_v`) removed.
 pub fn display_name(name: &str) -> &str {
-    let chars: Vec<(usize, char)> = name.char_indices().collect();
-    let n = chars.len();
-    if n >= 6 && chars[n - 6].1 == '_' && chars[n - 5].1 == 'v' {
-        &name[..chars[n - 6].0]
-    } else {
-        name
+    // The sixth character from the end, without walking the whole name (the trace reports ask
+    // this of every call).
+    match name.char_indices().nth_back(5) {
+        Some((i, '_')) if name[i + 1..].starts_with('v') => &name[..i],
+        _ => name,
     }
 }
 

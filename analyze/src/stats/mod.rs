@@ -1,11 +1,13 @@
 //! The `nsys stats` reports, computed from the model with the same rows, order, columns and
 //! numbers as Nsight Systems 2025.3 prints with `--format csv`.
 //!
-//! One module per report family; each is a pure function of a [`Trace`] returning typed rows and
-//! a [`Table`] with nsys's column names. [`summary`] holds the statistics they share (mean,
-//! median, sample standard deviation, percentages), usable by any analysis. [`report`] picks a
-//! report by name and says, as nsys does, when the export lacks the data a report needs.
-//! Reports that nsys has and this module has not (osrt_sum, cuda_gpu_trace, ...) are not here.
+//! One module per report family; each summary report is a pure function of a [`Trace`] returning
+//! typed rows and a [`Table`] with nsys's column names. [`summary`] holds the statistics they
+//! share (mean, median, sample standard deviation, percentages), usable by any analysis.
+//! [`report`] picks a report by name and says, as nsys does, when the export lacks the data a
+//! report needs. The trace reports ([`trace`]: `cuda_gpu_trace`, `cuda_kern_exec_trace`,
+//! `cuda_api_trace`) have a row per kernel or call and are written as their rows come
+//! ([`print_file`]). Reports that nsys has and this module has not (osrt_sum, ...) are not here.
 
 pub mod attribution;
 pub mod cuda_api_sum;
@@ -15,9 +17,11 @@ pub mod gather;
 pub mod nvtx_gpu_proj_sum;
 pub mod nvtx_kern_sum;
 pub mod nvtx_sum;
+mod print;
 pub mod samples;
 mod stream;
 pub mod summary;
+pub mod trace;
 
 use crate::source::loaded::LoadedSource;
 use crate::source::TraceSource;
@@ -33,6 +37,7 @@ use crate::render::cells::opt_float;
 use crate::render::{Cell, Document, Section, Table};
 
 pub use cuda_gpu_kern_sum::KernelName;
+pub use print::{print_file, Print, Printed};
 pub use stream::document_file;
 pub use summary::Summary;
 
@@ -46,6 +51,9 @@ pub enum Report {
     NvtxSum,
     NvtxKernSum(KernelName),
     NvtxGpuProjSum,
+    CudaGpuTrace(KernelName),
+    CudaKernExecTrace(KernelName),
+    CudaApiTrace,
 }
 
 impl Report {
@@ -61,7 +69,8 @@ impl Report {
         "nvtx_gpu_proj_sum",
     ];
 
-    /// Every report name understood, variants included.
+    /// Every summary report understood, variants included: the reports of one row per name,
+    /// which a loaded trace and a streamed export give alike.
     pub const NAMES: &'static [&'static str] = &[
         "cuda_gpu_kern_sum",
         "cuda_gpu_kern_sum:base",
@@ -74,6 +83,18 @@ impl Report {
         "nvtx_kern_sum:base",
         "nvtx_kern_sum:mangled",
         "nvtx_gpu_proj_sum",
+    ];
+
+    /// The trace reports understood, variants included: a row per kernel, memory operation or
+    /// API call ([`trace`]). Like nsys's default set, `all` leaves them out.
+    pub const TRACES: &'static [&'static str] = &[
+        "cuda_gpu_trace",
+        "cuda_gpu_trace:base",
+        "cuda_gpu_trace:mangled",
+        "cuda_kern_exec_trace",
+        "cuda_kern_exec_trace:base",
+        "cuda_kern_exec_trace:mangled",
+        "cuda_api_trace",
     ];
 
     /// The report called `name` (nsys's spelling), if there is one.
@@ -91,12 +112,15 @@ impl Report {
         let report = match base {
             "cuda_gpu_kern_sum" => Report::CudaGpuKernSum(kernel_name),
             "nvtx_kern_sum" => Report::NvtxKernSum(kernel_name),
+            "cuda_gpu_trace" => Report::CudaGpuTrace(kernel_name),
+            "cuda_kern_exec_trace" => Report::CudaKernExecTrace(kernel_name),
             _ if variant.is_some() => return None,
             "cuda_api_sum" => Report::CudaApiSum,
             "cuda_gpu_mem_time_sum" => Report::CudaGpuMemTimeSum,
             "cuda_gpu_mem_size_sum" => Report::CudaGpuMemSizeSum,
             "nvtx_sum" => Report::NvtxSum,
             "nvtx_gpu_proj_sum" => Report::NvtxGpuProjSum,
+            "cuda_api_trace" => Report::CudaApiTrace,
             _ => return None,
         };
         Some(report)
@@ -104,48 +128,58 @@ impl Report {
 
     /// The data the report reads; the report needs every entry.
     fn needs(self) -> &'static [Missing] {
-        const KERNEL: Missing = Missing {
-            data: "CUDA kernel data",
-            tables: &["CUPTI_ACTIVITY_KIND_KERNEL"],
-            why: "the capture traced no CUDA kernels",
-        };
-        const API: Missing = Missing {
-            data: "CUDA API data",
-            tables: &["CUPTI_ACTIVITY_KIND_RUNTIME"],
-            why: "the capture did not trace CUDA",
-        };
-        // cuda_api_sum words the same lack differently.
-        const API_TRACE: Missing = Missing {
-            data: "CUDA trace data",
-            ..API
-        };
-        const NVTX: Missing = Missing {
-            data: "NV Tools Extension (NVTX) data",
-            tables: &["NVTX_EVENTS"],
-            why: "the capture did not trace NVTX, or the program emitted none",
-        };
-        const MEMORY: Missing = Missing {
-            data: "GPU memory data",
-            tables: &["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"],
-            why: "the capture traced no memcpy or memset",
-        };
-        const GPU_OPS: Missing = Missing {
-            data: "GPU operation data",
-            tables: &[
+        const KERNEL: Missing = Missing::new(
+            "CUDA kernel data",
+            &["CUPTI_ACTIVITY_KIND_KERNEL"],
+            "the capture traced no CUDA kernels",
+        );
+        const API: Missing = Missing::new(
+            "CUDA API data",
+            &["CUPTI_ACTIVITY_KIND_RUNTIME"],
+            "the capture did not trace CUDA",
+        );
+        // cuda_api_sum and cuda_api_trace word the same lack differently.
+        const API_TRACE: Missing = API.called("CUDA trace data");
+        const NVTX: Missing = Missing::new(
+            "NV Tools Extension (NVTX) data",
+            &["NVTX_EVENTS"],
+            "the capture did not trace NVTX, or the program emitted none",
+        );
+        const MEMORY: Missing = Missing::new(
+            "GPU memory data",
+            &["CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"],
+            "the capture traced no memcpy or memset",
+        );
+        const GPU_OPS: Missing = Missing::new(
+            "GPU operation data",
+            &[
                 "CUPTI_ACTIVITY_KIND_KERNEL",
                 "CUPTI_ACTIVITY_KIND_MEMCPY",
                 "CUPTI_ACTIVITY_KIND_MEMSET",
             ],
-            why: "the capture traced no GPU work",
-        };
+            "the capture traced no GPU work",
+        );
+        // cuda_gpu_trace words it as nsys's trace report does.
+        const GPU_TRACE: Missing = GPU_OPS.called("GPU trace data");
         match self {
             Report::CudaGpuKernSum(_) => &[KERNEL],
-            Report::CudaApiSum => &[API_TRACE],
+            Report::CudaApiSum | Report::CudaApiTrace => &[API_TRACE],
             Report::CudaGpuMemTimeSum | Report::CudaGpuMemSizeSum => &[MEMORY],
             Report::NvtxSum => &[NVTX],
             Report::NvtxKernSum(_) => &[NVTX, KERNEL, API],
             Report::NvtxGpuProjSum => &[NVTX, API, GPU_OPS],
+            Report::CudaGpuTrace(_) => &[GPU_TRACE],
+            Report::CudaKernExecTrace(_) => &[KERNEL, API],
         }
+    }
+
+    /// What `trace` lacks for this report, if anything.
+    fn lacks(self, trace: &Trace) -> Option<Missing> {
+        let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
+        self.needs()
+            .iter()
+            .find(|need| need.tables.iter().all(absent))
+            .copied()
     }
 }
 
@@ -178,8 +212,9 @@ impl std::str::FromStr for Report {
     fn from_str(s: &str) -> Result<Report, String> {
         Report::from_name(s).ok_or_else(|| {
             format!(
-                "unknown report `{s}` (expected one of: {})",
-                Report::NAMES.join(", ")
+                "unknown report `{s}` (expected one of: {}, {})",
+                Report::NAMES.join(", "),
+                Report::TRACES.join(", ")
             )
         })
     }
@@ -194,6 +229,21 @@ pub struct Missing {
     pub tables: &'static [&'static str],
     /// Why an export lacks them.
     pub why: &'static str,
+}
+
+impl Missing {
+    pub const fn new(
+        data: &'static str,
+        tables: &'static [&'static str],
+        why: &'static str,
+    ) -> Missing {
+        Missing { data, tables, why }
+    }
+
+    /// The same lack, the data called otherwise.
+    const fn called(self, data: &'static str) -> Missing {
+        Missing { data, ..self }
+    }
 }
 
 impl fmt::Display for Missing {
@@ -258,19 +308,22 @@ fn reads_ranges(reports: &[Report]) -> (bool, bool) {
 }
 
 /// Compute several reports of one trace, sharing the work they have in common: its kernels and
-/// API calls are gathered once ([`gather`]) for all of them, the trace read as a source.
+/// API calls are gathered once ([`gather`]) for all the summary reports, the trace read as a
+/// source; a trace report's rows go into a table.
 pub fn reports(trace: &Trace, reports: &[Report]) -> Vec<Result<Table, Missing>> {
     let mut source = LoadedSource::new(trace);
     let (nvtx, mem_ops) = stream::tables_read(reports);
+    let input = trace::Input::Loaded(trace);
     source
         .small_tables(nvtx, mem_ops)
-        .and_then(|small| stream::source_reports(&mut source, small, reports))
+        .and_then(|mut small| stream::parts(&mut source, &mut small, reports))
+        .and_then(|parts| parts.into_iter().map(|p| p.into_table(&input)).collect())
         .expect("a loaded trace reads without error")
 }
 
-/// The reports of a trace whose kernels and API calls are `gathered` (the trace may hold none of
-/// them); `ranges` are all its ranges in start order. Independent reports are computed side by
-/// side.
+/// The summary reports of a trace whose kernels and API calls are `gathered` (the trace may
+/// hold none of them); `ranges` are all its ranges in start order. Independent reports are
+/// computed side by side.
 fn tables(
     trace: &Trace,
     ranges: &[Range],
@@ -282,11 +335,8 @@ fn tables(
     reports
         .par_iter()
         .map(|&report| {
-            for need in report.needs() {
-                let absent = |t: &&str| trace.source.missing.iter().any(|m| m == t);
-                if need.tables.iter().all(absent) {
-                    return Err(*need);
-                }
+            if let Some(need) = report.lacks(trace) {
+                return Err(need);
             }
             Ok(match report {
                 Report::CudaGpuKernSum(names) => cuda_gpu_kern_sum::table(trace, gathered, names),
@@ -298,6 +348,9 @@ fn tables(
                     nvtx_kern_sum::table(trace, ranges, labels, gathered, names)
                 }
                 Report::NvtxGpuProjSum => nvtx_gpu_proj_sum::table(ranges, labels, gathered),
+                Report::CudaGpuTrace(_) | Report::CudaKernExecTrace(_) | Report::CudaApiTrace => {
+                    unreachable!("trace reports are written, not tabled here")
+                }
             })
         })
         .collect()
@@ -412,9 +465,14 @@ mod tests {
 
     #[test]
     fn report_names_round_trip() {
-        for name in Report::NAMES {
+        for name in Report::NAMES.iter().chain(Report::TRACES) {
             assert!(Report::from_name(name).is_some(), "{name}");
         }
+        assert_eq!(
+            Report::from_name("cuda_kern_exec_trace:mangled"),
+            Some(Report::CudaKernExecTrace(KernelName::Mangled))
+        );
+        assert_eq!(Report::from_name("cuda_api_trace:base"), None);
         assert_eq!(
             Report::from_name("cuda_gpu_kern_sum:base"),
             Some(Report::CudaGpuKernSum(KernelName::Short))

@@ -52,6 +52,8 @@ pub mod table {
     pub const RUN_METADATA: &str = "RUN_METADATA";
     /// Labels of [`super::copy_kind`].
     pub const ENUM_CUDA_MEMCPY_OPER: &str = "ENUM_CUDA_MEMCPY_OPER";
+    /// Labels of [`super::mem_kind`].
+    pub const ENUM_CUDA_MEM_KIND: &str = "ENUM_CUDA_MEM_KIND";
 }
 
 /// Column names, as nsys spells them. A column is named once here whatever tables have it.
@@ -59,6 +61,8 @@ pub mod column {
     pub const ID: &str = "id";
     pub const VALUE: &str = "value";
     pub const NAME: &str = "name";
+    /// The text nsys prints for an `ENUM_*` id.
+    pub const LABEL: &str = "label";
     pub const START: &str = "start";
     pub const END: &str = "end";
     pub const DEVICE_ID: &str = "deviceId";
@@ -538,7 +542,7 @@ mod tests {
             label(copy, copy_kind::PEER_TO_PEER),
             "CUDA_MEMCPY_KIND_PTOP"
         );
-        let mem = "ENUM_CUDA_MEM_KIND";
+        let mem = table::ENUM_CUDA_MEM_KIND;
         for (id, name) in [
             (mem_kind::PAGEABLE, "PAGEABLE"),
             (mem_kind::PINNED, "PINNED"),

@@ -2,7 +2,9 @@
 //! allows, in chunks of leaf pages read side by side on every core, else through SQL on one
 //! thread. Either way a row reads the same, and a value of the wrong type is the same error
 //! rusqlite gives, so the readers built on this ([`super::read`], and the streaming readers of
-//! the analyses) do not know which way their rows came.
+//! the analyses) do not know which way their rows came. A scan reads a table whole
+//! ([`Tables::scan`]); a [`Cursor`] reads it in order a window at a time, for readers that
+//! write rows as they come.
 
 use std::path::Path;
 
@@ -122,18 +124,7 @@ impl Tables<'_> {
                     .collect();
             }
         }
-        let list = columns
-            .iter()
-            .map(|c| {
-                if *c == "NULL" || c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
-                    c.to_string()
-                } else {
-                    format!("[{c}]")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!("SELECT {list} FROM [{table}]");
+        let sql = format!("SELECT {} FROM [{table}]", select_list(columns));
         let mut stmt = self.conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         let mut state = init();
@@ -144,6 +135,21 @@ impl Tables<'_> {
         }
         Ok(vec![state])
     }
+}
+
+/// `columns` as the list of a `SELECT`: names other than plain words bracketed, `NULL` as is.
+fn select_list(columns: &[&str]) -> String {
+    columns
+        .iter()
+        .map(|c| {
+            if *c == "NULL" || c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
+                c.to_string()
+            } else {
+                format!("[{c}]")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A scan's error: the row function's, or damage found in the pages.
@@ -158,5 +164,128 @@ impl From<Damaged> for ScanError {
 impl From<rusqlite::Error> for ScanError {
     fn from(e: rusqlite::Error) -> ScanError {
         ScanError(e)
+    }
+}
+
+/// Leaf pages in one piece of a [`Cursor`]'s window, pieces in a window per thread, and rows in
+/// one piece of its SQL reading.
+const PIECE_LEAVES: usize = 32;
+const WINDOW_PIECES: usize = 4;
+const PIECE_ROWS: i64 = 4096;
+
+/// A table's rows in table order, a window of pieces at a time ([`Tables::next`]): for readers
+/// that write rows as they come, or merge several tables, holding one window and never the
+/// table. The pieces of a window read from the file's pages are read side by side; SQL reads
+/// one piece, by rowid from where the last one ended.
+pub struct Cursor {
+    table: String,
+    columns: Vec<String>,
+    way: Way,
+}
+
+enum Way {
+    Pages {
+        leaves: Vec<u32>,
+        fields: Vec<sqlite_pages::Field>,
+        next: usize,
+    },
+    Sql {
+        after: Option<i64>,
+        done: bool,
+    },
+}
+
+impl Tables<'_> {
+    /// A cursor at the first row of `table`, for `columns` (a column named `NULL` reads as
+    /// NULL).
+    pub fn cursor(&self, table: &str, columns: &[&str]) -> rusqlite::Result<Cursor> {
+        let way = match self.pages {
+            Some(pages) => match pages.table(self.conn, table, columns).map_err(damaged)? {
+                Some((t, fields)) => Way::Pages {
+                    leaves: t.leaves,
+                    fields,
+                    next: 0,
+                },
+                None => Way::Sql {
+                    after: None,
+                    done: false,
+                },
+            },
+            None => Way::Sql {
+                after: None,
+                done: false,
+            },
+        };
+        Ok(Cursor {
+            table: table.to_owned(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            way,
+        })
+    }
+
+    /// The next window of `cursor`'s rows: each piece starts from `init` and goes through
+    /// `row`, and the pieces come back in table order; none once every row has been read. Rows
+    /// are counted for progress.
+    pub fn next<S: Send>(
+        &self,
+        cursor: &mut Cursor,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &ScanRow<'_, '_>) -> rusqlite::Result<()> + Sync,
+    ) -> rusqlite::Result<Vec<S>> {
+        let names: Vec<&str> = cursor.columns.iter().map(String::as_str).collect();
+        match &mut cursor.way {
+            Way::Pages {
+                leaves,
+                fields,
+                next,
+            } => {
+                let pages = self.pages.expect("a cursor over pages has them");
+                let window = (rayon::current_num_threads() * WINDOW_PIECES).max(1) * PIECE_LEAVES;
+                let end = (*next + window).min(leaves.len());
+                let part = &leaves[*next..end];
+                *next = end;
+                let fields = &*fields;
+                let names = &names;
+                part.par_chunks(PIECE_LEAVES)
+                    .map(|leaves| {
+                        let mut state = init();
+                        let mut counted = progress::Counter::new();
+                        pages
+                            .scan(leaves, fields, |r| {
+                                counted.add(1);
+                                row(&mut state, &ScanRow::Page(r, names)).map_err(ScanError)
+                            })
+                            .map_err(|e: ScanError| e.0)?;
+                        Ok(state)
+                    })
+                    .collect()
+            }
+            Way::Sql { after, done } => {
+                if *done {
+                    return Ok(Vec::new());
+                }
+                // The rowid last, after the columns asked for, to say where the piece ended.
+                let sql = format!(
+                    "SELECT {}, rowid FROM [{}] WHERE rowid > ?1 ORDER BY rowid LIMIT {PIECE_ROWS}",
+                    select_list(&names),
+                    cursor.table
+                );
+                let mut stmt = self.conn.prepare(&sql)?;
+                let mut rows = stmt.query([after.unwrap_or(i64::MIN)])?;
+                let mut state = init();
+                let mut n = 0;
+                let mut counted = progress::Counter::new();
+                while let Some(r) = rows.next()? {
+                    counted.add(1);
+                    n += 1;
+                    *after = Some(r.get(names.len())?);
+                    row(&mut state, &ScanRow::Sql(r))?;
+                }
+                if n < PIECE_ROWS {
+                    *done = true;
+                }
+                Ok(if n == 0 { Vec::new() } else { vec![state] })
+            }
+        }
     }
 }

@@ -9,6 +9,16 @@ use crate::stats::attribution::FastMap;
 
 use super::*;
 
+/// A piece of GPU work (a kernel or a memory operation) as the gather places it: its times,
+/// and the process and correlation id that find its launch call.
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    pub start: i64,
+    pub end: i64,
+    pub pid: u32,
+    pub correlation_id: u64,
+}
+
 /// The span and correlation ids of a launch context's GPU work.
 #[derive(Clone, Copy, Debug)]
 pub struct Projection {
@@ -150,20 +160,30 @@ impl Gatherer<'_> {
         p.ops += first as u64;
     }
 
+    /// The attribution of `work` (none unless `attributed`), its entry in the chunk, and the
+    /// work added to the entry's projection.
+    #[inline]
+    fn place<'c>(
+        &self,
+        c: &'c mut KernelChunk,
+        calls: &Calls,
+        work: &Work,
+        attributed: bool,
+    ) -> (u32, &'c mut PerAttribution) {
+        let (attribution, first) = if attributed {
+            self.attribution(c, calls, work.pid, work.correlation_id)
+        } else {
+            (0, false)
+        };
+        let e = self.entry(c, calls, attribution);
+        self.project(e, attribution, first, work.start, work.end);
+        (attribution, e)
+    }
+
     /// One kernel: its names as read (a caller without nsys ids gives interned ids as
     /// [`RawName::Id`]).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub fn kernel(
-        &self,
-        c: &mut KernelChunk,
-        calls: &Calls,
-        start: i64,
-        end: i64,
-        pid: u32,
-        corr: u64,
-        names: &[RawName; 3],
-    ) {
+    pub fn kernel(&self, c: &mut KernelChunk, calls: &Calls, work: Work, names: &[RawName; 3]) {
         let kid = match names {
             // Names by string id, the usual case, are looked up without allocating.
             [RawName::Id(a), RawName::Id(b), m @ (RawName::Id(_) | RawName::None)] => {
@@ -187,13 +207,7 @@ impl Gatherer<'_> {
                 id
             }
         };
-        let (attribution, first) = if self.needs.attribution {
-            self.attribution(c, calls, pid, corr)
-        } else {
-            (0, false)
-        };
-        let e = self.entry(c, calls, attribution);
-        self.project(e, attribution, first, start, end);
+        let (attribution, e) = self.place(c, calls, &work, self.needs.attribution);
         let key = (e.sig, kid);
         let i = match c.last_sample {
             Some((k, i)) if k == key => i,
@@ -207,7 +221,7 @@ impl Gatherer<'_> {
                 i
             }
         };
-        c.samples[i].2.push(end.saturating_sub(start));
+        c.samples[i].2.push(work.end.saturating_sub(work.start));
         if self.needs.presence && c.last_presence != Some((attribution, kid)) {
             c.presence.insert((attribution, kid));
             c.last_presence = Some((attribution, kid));
@@ -215,20 +229,9 @@ impl Gatherer<'_> {
     }
 
     /// One memory operation, for the projections (its own reports read the trace).
-    pub fn mem_op(
-        &self,
-        c: &mut KernelChunk,
-        calls: &Calls,
-        start: i64,
-        end: i64,
-        pid: u32,
-        corr: u64,
-    ) {
-        if !self.needs.projection {
-            return;
+    pub fn mem_op(&self, c: &mut KernelChunk, calls: &Calls, work: Work) {
+        if self.needs.projection {
+            self.place(c, calls, &work, true);
         }
-        let (attribution, first) = self.attribution(c, calls, pid, corr);
-        let e = self.entry(c, calls, attribution);
-        self.project(e, attribution, first, start, end);
     }
 }

@@ -31,7 +31,7 @@ use super::attribution::FastMap;
 pub use super::samples::Samples;
 
 pub use self::finish::{Gathered, KernelNames, Slot};
-pub use self::kernels::{KernelChunk, Projection};
+pub use self::kernels::{KernelChunk, Projection, Work};
 
 /// The context a chunk gives a call: its thread and the sets containing its start and end.
 type LocalCtx = (u64, u32, u32);

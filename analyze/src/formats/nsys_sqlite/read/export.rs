@@ -9,7 +9,7 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use super::super::column::*;
-use super::super::scan::Tables;
+use super::super::scan::{Cursor, ScanRow, Tables};
 use super::super::split_global_tid;
 use super::super::table::*;
 use super::tables::{build_keeping_names, RawKernels, RawRest};
@@ -413,6 +413,38 @@ impl Export {
             out.insert((pid, t), name);
         }
         Ok(out)
+    }
+
+    /// A cursor at the first row of `table`, for [`Export::next`]: the rows of any table in
+    /// table order, a window at a time. A column the table lacks (one that came in a later
+    /// schema) reads as NULL.
+    pub fn cursor(&self, table: &str, columns: &[&str]) -> Result<Cursor> {
+        let have: std::collections::HashSet<String> = {
+            let mut stmt = self
+                .conn
+                .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+                .map_err(self.err())?;
+            let names = stmt
+                .query_map([], |r| r.get::<_, String>(1))
+                .map_err(self.err())?;
+            names.collect::<rusqlite::Result<_>>().map_err(self.err())?
+        };
+        let columns: Vec<&str> = columns
+            .iter()
+            .map(|&c| if have.contains(c) { c } else { "NULL" })
+            .collect();
+        self.tables().cursor(table, &columns).map_err(self.err())
+    }
+
+    /// The next window of `cursor`'s rows, pieces of it read side by side into states from
+    /// `init`, in table order; empty once every row has been read.
+    pub fn next<S: Send>(
+        &self,
+        cursor: &mut Cursor,
+        init: impl Fn() -> S + Sync,
+        row: impl Fn(&mut S, &ScanRow<'_, '_>) -> rusqlite::Result<()> + Sync,
+    ) -> Result<Vec<S>> {
+        self.tables().next(cursor, init, row).map_err(self.err())
     }
 
     /// Rows of the CUDA API tables (runtime, then driver): chunks side by side, each from

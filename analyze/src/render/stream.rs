@@ -1,0 +1,631 @@
+//! Tables written as their rows come, for tables too long to hold (the trace reports of
+//! `analyze stats`, a row per kernel). An [`Encoder`] turns rows into the table's format on any
+//! thread, into [`Rows`] (a reader of a file's pages encodes each row as it reads it, pieces of
+//! the file side by side); a [`RowSink`] takes encoded rows in order: a [`TableWriter`] prints
+//! them after the table's header, and a [`Table`] in memory holds them as cells, so that a report
+//! written to either is computed by the same code.
+//!
+//! Each format prints a streamed table the way its [`super::Renderer`] prints the same rows held
+//! in a [`Table`]: CSV byte for byte, JSON the same value (an array of records keyed by column),
+//! Markdown the same cells. What cannot be known before the last row is decided otherwise:
+//! Markdown and text align a column by its declared kind, not by the cells it turned out to
+//! hold, and text columns are as wide as the header and the first rows written make them (a
+//! later, wider value pushes its line out), a table too wide for the terminal having its text
+//! columns cut but never being sliced.
+
+use std::io::{self, Write};
+use std::ops::Range;
+
+use rayon::prelude::*;
+use serde_json::Value;
+
+use super::csv::{push_csv_field, push_int};
+use super::text::{aligned_line, shrink, MIN_TEXT};
+use super::{format_fixed, markdown_header, markdown_row, Cell, Format, Table};
+use crate::fast_hash::FastMap;
+
+/// Where the cells of a row go, one call per cell in column order.
+pub trait CellSink {
+    fn int(&mut self, v: i64);
+    /// A number printed with `decimals` decimals ([`format_fixed`]).
+    fn float(&mut self, v: f64, decimals: usize);
+    fn text(&mut self, s: &str);
+    /// Text that `key` always names (an interned name): a sink may keep what it made of it.
+    fn named(&mut self, key: u64, s: &str) {
+        let _ = key;
+        self.text(s);
+    }
+    /// No value: empty in CSV, `null` in JSON, `-` in tables.
+    fn missing(&mut self);
+    /// The cells `fill` gives, which `key` alone decides: a sink may keep what it made of them
+    /// for the next row with the same key.
+    fn group(&mut self, key: &[i64], fill: &mut dyn FnMut(&mut dyn CellSink)) {
+        let _ = key;
+        fill(self.as_dyn());
+    }
+    /// This sink as a trait object.
+    fn as_dyn(&mut self) -> &mut dyn CellSink;
+
+    fn opt_int(&mut self, v: Option<i64>) {
+        match v {
+            Some(v) => self.int(v),
+            None => self.missing(),
+        }
+    }
+
+    fn opt_float(&mut self, v: Option<f64>, decimals: usize) {
+        match v {
+            Some(v) => self.float(v, decimals),
+            None => self.missing(),
+        }
+    }
+
+    fn opt_text(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => self.text(s),
+            None => self.missing(),
+        }
+    }
+}
+
+/// What an [`Encoder`] makes of rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Csv,
+    Markdown,
+    /// Records each opening with `,` and a line break, as they sit in the array.
+    Json,
+    /// The printed cells of each row, separated by [`UNIT`], for the writer to align.
+    Text,
+    /// The cells themselves.
+    Cells,
+}
+
+/// Separates the cells of a text row until the writer aligns them.
+const UNIT: u8 = 0x1f;
+
+/// How the rows of one table are encoded; shared by the threads that encode them.
+#[derive(Clone, Debug)]
+pub struct Encoder {
+    kind: Kind,
+    columns: Vec<String>,
+    /// JSON: levels of nesting the table's array sits at.
+    depth: usize,
+}
+
+/// Rows an [`Encoder`] made, in order: bytes with the end of each row, or cells.
+#[derive(Default)]
+pub struct Rows {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    cells: Vec<Vec<Cell>>,
+    /// Numbers, names and groups of cells already encoded: the same few recur on every row.
+    floats: FastMap<(u64, usize), String>,
+    names: FastMap<u64, Vec<u8>>,
+    groups: FastMap<Box<[i64]>, Vec<u8>>,
+}
+
+impl Rows {
+    /// Rows ready for about `n` rows of `width` bytes.
+    pub fn with_capacity(n: usize, width: usize) -> Rows {
+        Rows {
+            bytes: Vec::with_capacity(n * width),
+            ends: Vec::with_capacity(n),
+            ..Rows::default()
+        }
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.ends.len().max(self.cells.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// No rows, what was kept of names and groups kept.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.cells.clear();
+    }
+
+    /// The bytes of rows `range`.
+    fn bytes(&self, range: Range<usize>) -> &[u8] {
+        if range.is_empty() {
+            return &[];
+        }
+        let from = if range.start == 0 {
+            0
+        } else {
+            self.ends[range.start - 1]
+        };
+        &self.bytes[from..self.ends[range.end - 1]]
+    }
+}
+
+impl Encoder {
+    /// Add a row to `rows`, its cells given by `fill`.
+    pub fn row(&self, rows: &mut Rows, fill: impl FnOnce(&mut dyn CellSink)) {
+        match self.kind {
+            Kind::Csv => {
+                fill(&mut CsvCells { rows, first: true });
+                rows.bytes.push(b'\n');
+            }
+            kind => {
+                let mut cells = Cells::default();
+                fill(&mut cells);
+                match kind {
+                    Kind::Markdown => {
+                        rows.bytes
+                            .extend_from_slice(markdown_row(&cells.0).as_bytes());
+                        rows.bytes.push(b'\n');
+                    }
+                    Kind::Json => {
+                        rows.bytes.extend_from_slice(b",\n");
+                        rows.bytes
+                            .extend_from_slice(self.json_record(cells.0).as_bytes());
+                    }
+                    Kind::Text => {
+                        for (i, c) in cells.0.iter().enumerate() {
+                            if i > 0 {
+                                rows.bytes.push(UNIT);
+                            }
+                            match c {
+                                Cell::Missing => rows.bytes.push(b'-'),
+                                c => rows.bytes.extend_from_slice(c.display().as_bytes()),
+                            }
+                        }
+                    }
+                    _ => {
+                        rows.cells.push(cells.0);
+                        return;
+                    }
+                }
+            }
+        }
+        rows.ends.push(rows.bytes.len());
+    }
+
+    /// One JSON record, indented to sit in the table's array.
+    fn json_record(&self, cells: Vec<Cell>) -> String {
+        let table = Table {
+            columns: self.columns.clone(),
+            rows: vec![cells],
+        };
+        let record = match table.to_json() {
+            Value::Array(mut records) => records.pop().unwrap_or(Value::Null),
+            other => other,
+        };
+        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
+        let indent = "  ".repeat(self.depth + 1);
+        let lines: Vec<String> = text.lines().map(|l| format!("{indent}{l}")).collect();
+        lines.join("\n")
+    }
+}
+
+/// Where a table's rows go, in order.
+pub trait RowSink {
+    /// How the rows are to be encoded.
+    fn encoder(&self) -> Encoder;
+    /// Rows `range` of `rows`, after those written before.
+    fn write(&mut self, rows: &mut Rows, range: Range<usize>) -> io::Result<()>;
+}
+
+/// Rows encoded side by side, this many to a part.
+const PART_ROWS: usize = 512;
+
+/// `items` as rows of `sink`, `row` giving the cells of each: encoded side by side into
+/// `parts` (kept from one call to the next, with what they keep of names and groups of cells),
+/// written in order.
+pub fn write_rows<T: Sync>(
+    sink: &mut dyn RowSink,
+    items: &[T],
+    parts: &mut Vec<Rows>,
+    row: impl Fn(&T, &mut dyn CellSink) + Sync,
+) -> io::Result<()> {
+    let encoder = sink.encoder();
+    let count = items.len().div_ceil(PART_ROWS);
+    if parts.len() < count {
+        parts.resize_with(count, Rows::default);
+    }
+    parts[..count]
+        .par_iter_mut()
+        .zip(items.par_chunks(PART_ROWS))
+        .for_each(|(rows, part)| {
+            rows.clear();
+            for item in part {
+                encoder.row(rows, |c| row(item, c));
+            }
+        });
+    for rows in &mut parts[..count] {
+        let n = rows.len();
+        sink.write(rows, 0..n)?;
+    }
+    Ok(())
+}
+
+/// A row's cells held as [`Cell`]s.
+#[derive(Default)]
+struct Cells(Vec<Cell>);
+
+impl CellSink for Cells {
+    fn int(&mut self, v: i64) {
+        self.0.push(Cell::Int(v));
+    }
+    fn float(&mut self, v: f64, decimals: usize) {
+        self.0.push(Cell::Float(v, decimals));
+    }
+    fn text(&mut self, s: &str) {
+        self.0.push(Cell::text(s));
+    }
+    fn missing(&mut self) {
+        self.0.push(Cell::Missing);
+    }
+    fn as_dyn(&mut self) -> &mut dyn CellSink {
+        self
+    }
+}
+
+/// Rows collected into a table in memory.
+impl RowSink for Table {
+    fn encoder(&self) -> Encoder {
+        Encoder {
+            kind: Kind::Cells,
+            columns: self.columns.clone(),
+            depth: 0,
+        }
+    }
+
+    fn write(&mut self, rows: &mut Rows, range: Range<usize>) -> io::Result<()> {
+        for cells in &mut rows.cells[range] {
+            self.push(std::mem::take(cells));
+        }
+        Ok(())
+    }
+}
+
+/// A CSV line written straight into the bytes of [`Rows`], as [`super::csv`] prints it: the fast
+/// way, with no cell held.
+struct CsvCells<'r> {
+    rows: &'r mut Rows,
+    first: bool,
+}
+
+impl CsvCells<'_> {
+    fn cell(&mut self) {
+        if !std::mem::take(&mut self.first) {
+            self.rows.bytes.push(b',');
+        }
+    }
+}
+
+impl CellSink for CsvCells<'_> {
+    fn int(&mut self, v: i64) {
+        self.cell();
+        push_int(&mut self.rows.bytes, v);
+    }
+    fn float(&mut self, v: f64, decimals: usize) {
+        self.cell();
+        let s = self
+            .rows
+            .floats
+            .entry((v.to_bits(), decimals))
+            .or_insert_with(|| format_fixed(v, decimals));
+        self.rows.bytes.extend_from_slice(s.as_bytes());
+    }
+    fn text(&mut self, s: &str) {
+        self.cell();
+        push_csv_field(&mut self.rows.bytes, s);
+    }
+    fn named(&mut self, key: u64, s: &str) {
+        self.cell();
+        let field = self.rows.names.entry(key).or_insert_with(|| {
+            let mut field = Vec::with_capacity(s.len() + 2);
+            push_csv_field(&mut field, s);
+            field
+        });
+        self.rows.bytes.extend_from_slice(field);
+    }
+    fn missing(&mut self) {
+        self.cell();
+    }
+    fn opt_int(&mut self, v: Option<i64>) {
+        self.cell();
+        if let Some(v) = v {
+            push_int(&mut self.rows.bytes, v);
+        }
+    }
+    fn group(&mut self, key: &[i64], fill: &mut dyn FnMut(&mut dyn CellSink)) {
+        // Kept with a comma before each cell; the first cell of a row drops its own.
+        let skip = std::mem::take(&mut self.first) as usize;
+        let rows = &mut *self.rows;
+        if let Some(bytes) = rows.groups.get(key) {
+            rows.bytes
+                .extend_from_slice(&bytes[skip.min(bytes.len())..]);
+            return;
+        }
+        let mut scratch = Rows {
+            floats: std::mem::take(&mut rows.floats),
+            names: std::mem::take(&mut rows.names),
+            ..Rows::default()
+        };
+        fill(&mut CsvCells {
+            rows: &mut scratch,
+            first: false,
+        });
+        rows.floats = scratch.floats;
+        rows.names = scratch.names;
+        let bytes = scratch.bytes;
+        rows.bytes
+            .extend_from_slice(&bytes[skip.min(bytes.len())..]);
+        rows.groups.insert(key.into(), bytes);
+    }
+    fn as_dyn(&mut self) -> &mut dyn CellSink {
+        self
+    }
+}
+
+/// One table of a document, written as its rows come.
+pub struct TableWriter<'w> {
+    format: Format,
+    width: Option<usize>,
+    columns: Vec<String>,
+    numeric: Vec<bool>,
+    /// Levels of JSON nesting the table's array sits at.
+    depth: usize,
+    out: &'w mut dyn Write,
+    /// Whether a row was written.
+    any: bool,
+    /// Text: the widths of the columns, once the first rows have set them.
+    widths: Option<Vec<usize>>,
+}
+
+impl<'w> TableWriter<'w> {
+    /// Start a table of `columns` (each numeric or text, as `numeric` says) in `format`: its
+    /// header goes out now, except in text, whose widths wait for the first rows. Text is
+    /// fitted to `width` columns where it can be; JSON sits `depth` levels deep.
+    pub fn begin(
+        format: Format,
+        width: Option<usize>,
+        columns: &[&str],
+        numeric: &[bool],
+        depth: usize,
+        out: &'w mut dyn Write,
+    ) -> io::Result<TableWriter<'w>> {
+        let columns: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+        match format {
+            Format::Csv => {
+                let mut header = Vec::new();
+                for (i, c) in columns.iter().enumerate() {
+                    if i > 0 {
+                        header.push(b',');
+                    }
+                    push_csv_field(&mut header, c);
+                }
+                header.push(b'\n');
+                out.write_all(&header)?;
+            }
+            Format::Markdown => out.write_all(markdown_header(&columns, numeric).as_bytes())?,
+            Format::Json => out.write_all(b"[")?,
+            Format::Table => {}
+        }
+        Ok(TableWriter {
+            format,
+            width,
+            columns,
+            numeric: numeric.to_vec(),
+            depth,
+            out,
+            any: false,
+            widths: None,
+        })
+    }
+
+    /// Text: set the widths from the header and `rows`, fitted to the width asked for, and
+    /// return the header and its rule.
+    fn set_widths(&mut self, rows: &[Vec<String>]) -> String {
+        let mut widths: Vec<usize> = self.columns.iter().map(|c| c.chars().count()).collect();
+        for row in rows {
+            for (w, c) in widths.iter_mut().zip(row) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        if let Some(max) = self.width {
+            let floor: Vec<Option<usize>> = (0..widths.len())
+                .map(|i| (!self.numeric[i]).then(|| self.columns[i].chars().count().max(MIN_TEXT)))
+                .collect();
+            shrink(&mut widths, &floor, max);
+        }
+        let all: Vec<usize> = (0..widths.len()).collect();
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        let head = format!(
+            "{}\n{}\n",
+            aligned_line(&self.columns, &all, &widths, &self.numeric),
+            aligned_line(&rule, &all, &widths, &self.numeric)
+        );
+        self.widths = Some(widths);
+        head
+    }
+
+    /// The table's end: the closing bracket of JSON, the header of a text table that had no
+    /// rows.
+    pub fn finish(mut self) -> io::Result<()> {
+        match self.format {
+            Format::Json if !self.any => self.out.write_all(b"]"),
+            Format::Json => write!(self.out, "\n{}]", "  ".repeat(self.depth)),
+            Format::Table if self.widths.is_none() => {
+                let head = self.set_widths(&[]);
+                self.out.write_all(head.as_bytes())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl RowSink for TableWriter<'_> {
+    fn encoder(&self) -> Encoder {
+        Encoder {
+            kind: match self.format {
+                Format::Csv => Kind::Csv,
+                Format::Markdown => Kind::Markdown,
+                Format::Json => Kind::Json,
+                Format::Table => Kind::Text,
+            },
+            columns: self.columns.clone(),
+            depth: self.depth,
+        }
+    }
+
+    fn write(&mut self, rows: &mut Rows, range: Range<usize>) -> io::Result<()> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        let first = !std::mem::replace(&mut self.any, true);
+        match self.format {
+            // The first record of the array has no comma before it.
+            Format::Json if first => self.out.write_all(&rows.bytes(range)[1..]),
+            Format::Table => {
+                let lines: Vec<Vec<String>> = range
+                    .map(|i| {
+                        rows.bytes(i..i + 1)
+                            .split(|&b| b == UNIT)
+                            .map(|c| String::from_utf8_lossy(c).into_owned())
+                            .collect()
+                    })
+                    .collect();
+                if self.widths.is_none() {
+                    let head = self.set_widths(&lines);
+                    self.out.write_all(head.as_bytes())?;
+                }
+                let widths = self.widths.as_deref().unwrap_or_default();
+                let all: Vec<usize> = (0..widths.len()).collect();
+                for line in &lines {
+                    writeln!(
+                        self.out,
+                        "{}",
+                        aligned_line(line, &all, widths, &self.numeric)
+                    )?;
+                }
+                Ok(())
+            }
+            _ => self.out.write_all(rows.bytes(range)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::{render_to_string, Document};
+
+    fn sample() -> Table {
+        let mut t = Table::new(["Start (ns)", "Bytes (MB)", "Kind", "Name"]);
+        t.push(vec![
+            Cell::Int(-12),
+            Cell::Float(0.0625, 3),
+            Cell::Missing,
+            Cell::text("void gemm<float, 128>(\"tn\")"),
+        ]);
+        t.push(vec![
+            Cell::Int(1_795_323_492_837_158_010),
+            Cell::Missing,
+            Cell::text("Device"),
+            Cell::text("a|b"),
+        ]);
+        t
+    }
+
+    fn cells(row: &[Cell], c: &mut dyn CellSink) {
+        for cell in row {
+            match cell {
+                Cell::Int(v) => c.int(*v),
+                Cell::Float(v, d) => c.float(*v, *d),
+                Cell::Text(s) => c.text(s),
+                Cell::Missing => c.missing(),
+            }
+        }
+    }
+
+    /// `table` written through a [`TableWriter`] in `format`, a row at a time.
+    fn streamed(table: &Table, format: Format, numeric: &[bool]) -> String {
+        let mut out = Vec::new();
+        let columns: Vec<&str> = table.columns.iter().map(String::as_str).collect();
+        let mut w = TableWriter::begin(format, None, &columns, numeric, 0, &mut out).unwrap();
+        for row in &table.rows {
+            write_rows(
+                &mut w,
+                std::slice::from_ref(row),
+                &mut Vec::new(),
+                |r, c| cells(r, c),
+            )
+            .unwrap();
+        }
+        w.finish().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn streamed_tables_print_as_the_renderers_print_them() {
+        let t = sample();
+        let doc = Document::single(t.clone());
+        let numeric = [true, true, false, false];
+        for format in [Format::Csv, Format::Markdown] {
+            assert_eq!(
+                streamed(&t, format, &numeric),
+                render_to_string(format, &doc),
+                "{format:?}"
+            );
+        }
+        // The renderer ends the document's JSON with a line break; a table ends at its bracket.
+        assert_eq!(
+            streamed(&t, Format::Json, &numeric) + "\n",
+            render_to_string(Format::Json, &doc)
+        );
+        let empty = Table::new(["A", "B"]);
+        assert_eq!(streamed(&empty, Format::Json, &[true, true]), "[]");
+        assert_eq!(streamed(&empty, Format::Csv, &[true, true]), "A,B\n");
+    }
+
+    #[test]
+    fn text_columns_take_their_widths_from_the_first_batch() {
+        let t = sample();
+        let mut out = Vec::new();
+        let columns: Vec<&str> = t.columns.iter().map(String::as_str).collect();
+        let numeric = [true, true, false, false];
+        let mut w =
+            TableWriter::begin(Format::Table, None, &columns, &numeric, 0, &mut out).unwrap();
+        write_rows(&mut w, &t.rows, &mut Vec::new(), |r, c| cells(r, c)).unwrap();
+        w.finish().unwrap();
+        let s = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines.len(), 4, "{s}");
+        assert!(
+            lines[0].starts_with("         Start (ns)  Bytes (MB)  Kind"),
+            "{s}"
+        );
+        assert!(
+            lines[2].starts_with("                -12       0.063  -"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn rows_fill_a_table_in_memory() {
+        let mut t = Table::new(["N", "Square"]);
+        write_rows(&mut t, &[0i64, 1, 2], &mut Vec::new(), |&i, c| {
+            c.int(i);
+            c.opt_int((i > 0).then_some(i * i));
+        })
+        .unwrap();
+        assert_eq!(
+            t.rows,
+            vec![
+                vec![Cell::Int(0), Cell::Missing],
+                vec![Cell::Int(1), Cell::Int(1)],
+                vec![Cell::Int(2), Cell::Int(4)],
+            ]
+        );
+    }
+}
