@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use analyze::kernels::class::Classifier;
-use analyze::profile::operators::OperatorView;
+use analyze::profile::operators::{OperatorRow, OperatorView};
 use analyze::profile::{profile_file, Profile, ProfileOptions};
 use rusqlite::Connection;
 use serde_json::Value;
@@ -111,13 +111,14 @@ fn one_operators_kernel_time_is_what_plain_sql_gives() {
         )
         .unwrap();
     let p = by_op(EMIT_NVTX);
-    let bmm = view(&p)
-        .operators
-        .iter()
-        .find(|o| o.name == "aten::bmm")
-        .unwrap();
+    let bmm = operator(&p, "aten::bmm");
     assert_eq!((bmm.gpu_ns, bmm.kernels as i64), (ns, n));
     assert_eq!((ns, n), (12_525_486, 516));
+}
+
+/// The operator row called `name`.
+fn operator<'p>(p: &'p Profile, name: &str) -> &'p OperatorRow {
+    view(p).operators.iter().find(|o| o.name == name).unwrap()
 }
 
 /// 2·B·M·N·K for `bmm([B, M, K], [B, K, N])`.
@@ -131,11 +132,7 @@ fn bmm_flops(sizes: &str) -> u64 {
 #[test]
 fn matmul_flops_come_from_the_recorded_sizes() {
     let p = by_op(EMIT_NVTX);
-    let bmm = view(&p)
-        .operators
-        .iter()
-        .find(|o| o.name == "aten::bmm")
-        .unwrap();
+    let bmm = operator(&p, "aten::bmm");
     // 4·128 tokens times a 768 × 3072 matrix: the feed-forward's two up-projections forward and
     // its down-projection's input gradient backward, in each of 4 layers and 3 steps.
     let up = bmm
@@ -285,11 +282,7 @@ fn kineto_kernels_tie_to_the_cpu_op_of_their_runtime_call() {
         .map(|o| (o.name.clone(), (o.kernels, o.gpu_ns)))
         .collect();
     assert_eq!(profiled, by_name);
-    let bmm = view(&p)
-        .operators
-        .iter()
-        .find(|o| o.name == "aten::bmm")
-        .unwrap();
+    let bmm = operator(&p, "aten::bmm");
     assert!(bmm.shapes.iter().any(|s| s.sizes == sizes), "{sizes}");
 }
 

@@ -346,7 +346,9 @@ mod tests {
 
     fn range(trace: &mut Trace, name: &str, tid: u32, start: i64, end: i64) {
         let name = trace.strings.intern(name);
-        trace.ranges.push(Range::push_pop(name, 1, tid, start, end));
+        trace
+            .ranges
+            .push(Range::push_pop(name, 1, tid, Nanos(start), Nanos(end)));
     }
 
     #[test]

@@ -326,16 +326,8 @@ impl Reader {
                     self.annotation_pids.insert(ext, pid);
                 }
                 let name = self.strings.intern(name);
-                self.ranges.push(Range {
-                    start,
-                    end,
-                    style: RangeStyle::PushPop,
-                    name,
-                    domain: None,
-                    pid,
-                    tid,
-                    end_tid: None,
-                });
+                self.ranges
+                    .push(Range::push_pop(name, pid, tid, start, end));
             }
             Category::CpuOp => {
                 let mut text = |v: &Option<Value>| match v {

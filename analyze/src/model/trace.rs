@@ -320,13 +320,12 @@ impl Range {
     }
 }
 
-#[cfg(test)]
 impl Range {
-    /// For tests: a push/pop range of the default domain on thread `tid` of process `pid`.
-    pub(crate) fn push_pop(name: StrId, pid: u32, tid: u32, start: i64, end: i64) -> Range {
+    /// A push/pop range of the default domain on thread `tid` of process `pid`.
+    pub fn push_pop(name: StrId, pid: u32, tid: u32, start: Nanos, end: Nanos) -> Range {
         Range {
-            start: Nanos(start),
-            end: Nanos(end),
+            start,
+            end,
             style: RangeStyle::PushPop,
             name,
             domain: None,

@@ -264,7 +264,8 @@ mod tests {
         t.kernels = kernels;
         t.api_calls.sort_by_key(|c| c.start);
         for pid in [1, 2] {
-            t.ranges.push(Range::push_pop(step, pid, pid, -10, 100));
+            t.ranges
+                .push(Range::push_pop(step, pid, pid, Nanos(-10), Nanos(100)));
         }
         let p = profile(&t, &Classifier::builtin(), &ProfileOptions::default());
         assert_eq!(p.step_breakdown.len(), 2, "{:?}", p.step_breakdown);

@@ -27,7 +27,8 @@ fn trace() -> Trace {
     ];
     for (label, tid, start, end) in ranges {
         let name = t.strings.intern(label);
-        t.ranges.push(Range::push_pop(name, 1, tid, start, end));
+        t.ranges
+            .push(Range::push_pop(name, 1, tid, Nanos(start), Nanos(end)));
     }
     let kernels = [
         ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n", 1, 30, 2000, 2100),
