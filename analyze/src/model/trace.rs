@@ -493,6 +493,24 @@ impl Trace {
     }
 
     /// Sort every event list by start time (stable, so file order breaks ties).
+    /// The span of every piece of GPU work: kernels, memory operations, graph executions.
+    pub fn gpu_spans(&self) -> impl Iterator<Item = &Span> {
+        let kernels = self.kernels.iter().map(|k| &k.span);
+        let mem_ops = self.mem_ops.iter().map(|m| &m.span);
+        kernels
+            .chain(mem_ops)
+            .chain(self.graph_execs.iter().map(|g| &g.span))
+    }
+
+    /// [`Trace::gpu_spans`], to change.
+    pub fn gpu_spans_mut(&mut self) -> impl Iterator<Item = &mut Span> {
+        let kernels = self.kernels.iter_mut().map(|k| &mut k.span);
+        let mem_ops = self.mem_ops.iter_mut().map(|m| &mut m.span);
+        kernels
+            .chain(mem_ops)
+            .chain(self.graph_execs.iter_mut().map(|g| &mut g.span))
+    }
+
     pub fn sort(&mut self) {
         self.kernels.sort_by_key(|k| k.span.start);
         self.api_calls.sort_by_key(|c| c.start);

@@ -307,21 +307,13 @@ impl Taken {
         notes: &mut Vec<String>,
     ) -> (Vec<u32>, Vec<u32>) {
         let pids: BTreeSet<u32> = trace
-            .kernels
-            .iter()
-            .map(|k| k.span.pid)
+            .gpu_spans()
+            .map(|s| s.pid)
             .chain(trace.api_calls.iter().map(|c| c.pid))
             .chain(trace.ranges.iter().map(|r| r.pid))
             .chain(trace.ops.iter().map(|o| o.pid))
-            .chain(trace.mem_ops.iter().map(|m| m.span.pid))
             .collect();
-        let devices: BTreeSet<u32> = trace
-            .kernels
-            .iter()
-            .map(|k| k.span.device)
-            .chain(trace.mem_ops.iter().map(|m| m.span.device))
-            .chain(trace.graph_execs.iter().map(|g| g.span.device))
-            .collect();
+        let devices: BTreeSet<u32> = trace.gpu_spans().map(|s| s.device).collect();
         let pid_map = fresh(&pids, &mut self.pids);
         let device_map = fresh(&devices, &mut self.devices);
         for (what, map) in [("process", &pid_map), ("device", &device_map)] {
@@ -333,17 +325,9 @@ impl Taken {
         }
         let pid = |p: &mut u32| *p = pid_map.get(p).copied().unwrap_or(*p);
         let dev = |d: &mut u32| *d = device_map.get(d).copied().unwrap_or(*d);
-        for k in &mut trace.kernels {
-            pid(&mut k.span.pid);
-            dev(&mut k.span.device);
-        }
-        for m in &mut trace.mem_ops {
-            pid(&mut m.span.pid);
-            dev(&mut m.span.device);
-        }
-        for g in &mut trace.graph_execs {
-            pid(&mut g.span.pid);
-            dev(&mut g.span.device);
+        for s in trace.gpu_spans_mut() {
+            pid(&mut s.pid);
+            dev(&mut s.device);
         }
         for c in &mut trace.api_calls {
             pid(&mut c.pid);
@@ -396,17 +380,9 @@ fn shift(trace: &mut Trace, offset: i64) {
         return;
     }
     let by = |t: &mut Nanos| t.0 += offset;
-    for k in &mut trace.kernels {
-        by(&mut k.span.start);
-        by(&mut k.span.end);
-    }
-    for m in &mut trace.mem_ops {
-        by(&mut m.span.start);
-        by(&mut m.span.end);
-    }
-    for g in &mut trace.graph_execs {
-        by(&mut g.span.start);
-        by(&mut g.span.end);
+    for s in trace.gpu_spans_mut() {
+        by(&mut s.start);
+        by(&mut s.end);
     }
     for c in &mut trace.api_calls {
         by(&mut c.start);
