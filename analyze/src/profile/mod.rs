@@ -316,11 +316,7 @@ pub fn profile_files(
     p.ranks = ranks::of_files(&p.devices, &run.files);
     p.clock_offsets_ns = run.files.iter().map(|f| (f.rank, f.offset_ns)).collect();
     p.rank_the_straggler();
-    let from = match run.files[0].rank_from {
-        crate::source::many::RankFrom::Metadata => "the files' own records",
-        crate::source::many::RankFrom::FileName => "the file names",
-        crate::source::many::RankFrom::Order => "the order of the file names",
-    };
+    let from = run.files[0].rank_from.words();
     p.notes.push(format!(
         "{} files read as one run, one rank each: ranks from {from}; clocks aligned to rank {}'s",
         run.files.len(),

@@ -9,6 +9,7 @@ use crate::kernels::class::KernelClass;
 use crate::render::cells::{ms, opt_float, opt_ms, opt_pct, pct};
 use crate::render::{Cell, Document, Section, Table};
 use crate::roofline::Bound;
+use crate::source::many::RankFrom;
 
 use super::devices::DeviceProfile;
 use super::operators::OperatorView;
@@ -276,11 +277,11 @@ impl Profile {
                 ms(r.clock_offset_ns as f64),
             ]);
         }
-        let from = match self.ranks.first().map(|r| r.rank_from) {
-            Some(crate::source::many::RankFrom::Metadata) => "the files' own records",
-            Some(crate::source::many::RankFrom::FileName) => "the file names",
-            _ => "the order of the file names",
-        };
+        let from = self
+            .ranks
+            .first()
+            .map_or(RankFrom::Order, |r| r.rank_from)
+            .words();
         Section {
             title: Some("Per rank".into()),
             table: t,

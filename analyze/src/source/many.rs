@@ -40,6 +40,17 @@ pub enum RankFrom {
     Order,
 }
 
+impl RankFrom {
+    /// Where the ranks came from, in words ("ranks from ...").
+    pub fn words(self) -> &'static str {
+        match self {
+            RankFrom::Metadata => "the files' own records",
+            RankFrom::FileName => "the file names",
+            RankFrom::Order => "the order of the file names",
+        }
+    }
+}
+
 /// How a file was put on the run's timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
