@@ -125,11 +125,16 @@ fn parse_label(s: &str) -> Result<(PathBuf, String), String> {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (profile_opts, classes) = args.profile.into_options()?;
     let classifier = profile::classifier(classes.as_deref())?;
-    let rules = Rules::load(args.categories.as_deref())?;
+    // A rule file is read now, so that a bad one is an error before any input is read; the
+    // built-in rules are built when the first snapshot comes, if one does.
+    let rules = std::cell::OnceCell::new();
+    if let Some(path) = args.categories.as_deref() {
+        let _ = rules.set(Rules::load(Some(path))?);
+    }
     let opts = LoadOptions {
         classifier: &classifier,
         profile: profile_opts,
-        rules: &rules,
+        rules,
         memory_top: 10,
         labels: args.label,
     };

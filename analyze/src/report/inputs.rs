@@ -36,7 +36,8 @@ pub struct LoadOptions<'a> {
     pub classifier: &'a Classifier,
     /// Options of every profile; `head_dim` left `None` is taken per run from its label.
     pub profile: ProfileOptions,
-    pub rules: &'a Rules,
+    /// The memory category rules, built-in ones made on first use when none are set.
+    pub rules: std::cell::OnceCell<Rules>,
     /// Allocations listed at each snapshot's peak.
     pub memory_top: usize,
     /// `--label FILE=LABEL` pairs.
@@ -194,7 +195,7 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
                 device: None,
                 label: labelled.label.clone(),
             };
-            let mut analysis = analyze(&snap, opts.rules, &mopts);
+            let mut analysis = analyze(&snap, opts.rules.get_or_init(Rules::builtin), &mopts);
             analysis.report.run = labelled.run.clone();
             let timeline = Some(timeline_chart(&analysis));
             return Ok(Loaded::Snapshot(Box::new(SnapshotRun {
