@@ -8,7 +8,8 @@
 #
 # CASES per parser (default 1,000,000), in chunks of 50,000 so counts show as they come; SEED of
 # the campaign (default 1); PARSER among nsys, kineto, pickle, gzip (default all). FUZZ_THREADS
-# sets the worker threads (default 2). A case is replayed alone with
+# sets the worker threads (default 2); FUZZ_START the number of the first case (default 0), so
+# that a campaign cut short goes on where it stopped. A case is replayed alone with
 #   FUZZ_SEED=S FUZZ_FIRST=N FUZZ_CASES=1 cargo test --release --test integration fuzz_PARSER
 # A failing case's input is kept in target/fuzz-failures/. Ends with one line per parser:
 # inputs, loaded, refused (one error line each), failed, slowest case.
@@ -23,7 +24,9 @@ if [[ ${#PARSERS[@]} -eq 0 ]]; then
     PARSERS=(nsys kineto pickle gzip)
 fi
 CHUNK=${FUZZ_CHUNK:-50000}
+START=${FUZZ_START:-0}
 export FUZZ_THREADS=${FUZZ_THREADS:-2}
+export FUZZ_HANG_SECS=${FUZZ_HANG_SECS:-10}
 export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
 export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
 TARGET=target/fuzz
@@ -35,8 +38,8 @@ declare -A SUMMARY
 status=0
 for p in "${PARSERS[@]}"; do
     inputs=0 loaded=0 refused=0 failed=0 slowest=0 started=$SECONDS
-    for ((first = 0; first < CASES; first += CHUNK)); do
-        n=$((CASES - first < CHUNK ? CASES - first : CHUNK))
+    for ((first = START; first < START + CASES; first += CHUNK)); do
+        n=$((START + CASES - first < CHUNK ? START + CASES - first : CHUNK))
         if ! FUZZ_SEED=$SEED FUZZ_FIRST=$first FUZZ_CASES=$n \
             cargo test --release --target-dir "$TARGET" -q --test integration "fuzz_$p::" \
             -- --nocapture >"$LOG" 2>&1; then
@@ -62,7 +65,7 @@ for p in "${PARSERS[@]}"; do
     SUMMARY[$p]=$(printf '%-7s %10d %10d %10d %7d %8d ms %7d s' "$p" "$inputs" "$loaded" "$refused" "$failed" "$slowest" $((SECONDS - started)))
 done
 echo
-echo "seed $SEED, $FUZZ_THREADS threads, $(nproc) CPUs"
+echo "seed $SEED, cases from $START, $FUZZ_THREADS threads, $(nproc) CPUs"
 printf '%-7s %10s %10s %10s %7s %11s %9s\n' parser inputs loaded refused failed slowest time
 for p in "${PARSERS[@]}"; do
     echo "${SUMMARY[$p]}"

@@ -7,9 +7,11 @@
 //! executions traced as a whole), whichever process or range launched it. At each instant the
 //! device is in one state, by precedence: compute (a kernel that is not communication is running)
 //! ▸ graph (a graph execution traced as a whole, whose kernels are unknown) ▸ communication (only
-//! communication kernels) ▸ memcpy ▸ memset ▸ idle (nothing). So the states partition a window
-//! exactly, `compute + exposed communication + graph + memcpy + memset + idle = span`, in integer
-//! nanoseconds. Beside them, `communication_ns` is all the time a communication kernel ran,
+//! communication kernels) ▸ memcpy ▸ memset ▸ idle (nothing). A step's window looks at the step's
+//! own ops only: where only others ran (a neighbouring step's, when the GPU runs behind the host
+//! and step spans overlap, or work of no step), that is its `other_work_ns`. So the states
+//! partition a window exactly, `compute + exposed communication + graph + memcpy + memset + other
+//! work + idle = span`, in integer nanoseconds. Beside them, `communication_ns` is all the time a communication kernel ran,
 //! overlapped or not: `exposed_communication_ns` is the part that no compute (or graph) hid.
 //!
 //! This module knows nothing of ranges: [`super::ranges`] says which windows to look at, and
@@ -36,10 +38,13 @@ pub struct Breakdown {
     pub memset_ns: i64,
     /// A graph execution without per-kernel detail was running, and no known compute kernel.
     pub graph_ns: i64,
+    /// Only ops of other steps, or of none, were running (a step's window only; absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub other_work_ns: i64,
     /// Nothing was running.
     pub idle_ns: i64,
-    /// The windows' length: the sum of compute, exposed communication, memcpy, memset, graph and
-    /// idle.
+    /// The windows' length: the sum of compute, exposed communication, memcpy, memset, graph,
+    /// other work and idle.
     pub span_ns: i64,
 }
 
@@ -57,6 +62,7 @@ impl Breakdown {
             (&mut self.memcpy_ns, o.memcpy_ns),
             (&mut self.memset_ns, o.memset_ns),
             (&mut self.graph_ns, o.graph_ns),
+            (&mut self.other_work_ns, o.other_work_ns),
             (&mut self.idle_ns, o.idle_ns),
             (&mut self.span_ns, o.span_ns),
         ] {
@@ -92,11 +98,16 @@ impl Breakdown {
             self.memcpy_ns,
             self.memset_ns,
             self.graph_ns,
+            self.other_work_ns,
             self.idle_ns,
         ]
         .into_iter()
         .fold(self.compute_ns, i64::saturating_add)
     }
+}
+
+fn is_zero(x: &i64) -> bool {
+    *x == 0
 }
 
 /// What may be running: one bit each.

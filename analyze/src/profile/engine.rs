@@ -32,7 +32,7 @@ use super::plan::{
 };
 use super::straggler;
 use super::summary::{phase_profile, Ranged, Totals};
-use super::sweep::{next_process, sweep, Op, Window};
+use super::sweep::{next_process, sweep, Op, Window, NO_STEP};
 use super::{range_names_hint, AttentionProfile, IdleGap, Profile, ProfileOptions, RangeTime};
 use crate::attribution::launches::{max_bits, LaunchIndex};
 use crate::attribution::operators::{Operators, NONE as NO_CALL};
@@ -321,7 +321,8 @@ impl Plan {
         let mut windows: Vec<Window> = Vec::new();
         let mut inst_windows: Vec<Vec<Vec<(usize, u32, i64)>>> = Vec::new();
         for (s, sel) in self.selections.iter().enumerate() {
-            let breaks_down = Some(s) == self.step_sel || self.phases.iter().any(|p| p.2 == s);
+            let is_step = Some(s) == self.step_sel;
+            let breaks_down = is_step || self.phases.iter().any(|p| p.2 == s);
             let mut per = Vec::new();
             for i in 0..sel.sel.instances.len() {
                 let mut list = Vec::new();
@@ -335,6 +336,8 @@ impl Plan {
                                 device: d.0,
                                 start: d.1,
                                 end: d.2.max(d.1),
+                                // A step counts its own ops only.
+                                owner: if is_step { i as u32 } else { NO_STEP },
                             });
                         }
                     }
@@ -350,9 +353,9 @@ impl Plan {
         rest.sort_unstable_by_key(|o| o.start);
         let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
         for o in ops.iter().chain(&rest) {
-            let e = spans.entry(o.device).or_insert((o.start, o.end));
+            let e = spans.entry(o.device).or_insert((o.start, o.end()));
             e.0 = e.0.min(o.start);
-            e.1 = e.1.max(o.end);
+            e.1 = e.1.max(o.end());
         }
         let span_windows: Vec<(u32, usize)> = spans
             .iter()
@@ -361,6 +364,7 @@ impl Plan {
                     device: d,
                     start: s,
                     end: e,
+                    owner: NO_STEP,
                 });
                 (d, windows.len() - 1)
             })
@@ -373,6 +377,7 @@ impl Plan {
                     device,
                     start: s,
                     end: e.max(s),
+                    owner: NO_STEP,
                 });
                 windows.len() - 1
             })

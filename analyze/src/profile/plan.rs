@@ -27,7 +27,7 @@ use super::devices::Pair;
 use super::operators::{OpChunk, OpPlan, OpTotals};
 use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
 use super::summary::{Item, Totals};
-use super::sweep::{Op, PID_BITS};
+use super::sweep::{Op, NO_STEP};
 use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER_STEPS};
 
 /// No instance.
@@ -582,6 +582,8 @@ impl Plan {
         if self.operators.is_some() && self.step_sel.is_none() {
             c.op_views.push(0);
         }
+        // The step instance that claims the op, for the timeline sweep.
+        let mut step = NO_STEP;
         for (s, sel) in self.selections.iter().enumerate() {
             let inst = c
                 .scratch
@@ -592,6 +594,9 @@ impl Plan {
                 .unwrap_or(NONE);
             if inst == NONE {
                 continue;
+            }
+            if Some(s) == self.step_sel {
+                step = inst;
             }
             c.instances[s].entry(inst).or_default().add(&w, end);
             c.selections[s].add(&w, end);
@@ -637,13 +642,9 @@ impl Plan {
                 What::MemOp(MemOpKind::Memset) => MEMSET,
                 What::MemOp(_) => MEMCPY,
             };
-            let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0) as u32;
-            c.ops.push(Op {
-                start: w.start,
-                end,
-                device: w.device,
-                pid_kind: (w.pid & ((1 << PID_BITS) - 1)) | (k << PID_BITS),
-            });
+            let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0);
+            let ops = &mut c.ops;
+            Op::pieces(w.start, end, step, w.device, w.pid, k, |op| ops.push(op));
         }
     }
 }

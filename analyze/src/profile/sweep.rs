@@ -3,6 +3,11 @@
 //! of [`super::breakdown`]) and adding each stretch to the windows it overlaps: phase instances
 //! and steps on a device, each device's active span, each (device, process) pair's span. The
 //! idle stretches inside the gap windows are kept, the longest few only, as the idle gaps.
+//!
+//! A step's window counts only the step's own ops: when the GPU runs behind the host, one step's
+//! span overlaps its neighbours', and the time during which only their work ran is the step's
+//! `other_work_ns`, never its compute. So each op's time is in one step, and the steps' sums
+//! never exceed the trace's.
 
 use std::collections::BinaryHeap;
 
@@ -10,19 +15,52 @@ use crate::stats::attribution::FastMap;
 
 use super::breakdown::{Breakdown, KINDS};
 
-/// An op as the timeline sweep needs it: its kind (an index into [`KINDS`]) in the top bits of
-/// the process.
+/// An op as the timeline sweep needs it, in 24 bytes: its start and length, the step that claims
+/// it ([`NO_STEP`] for none), its device, and its kind (an index into [`KINDS`]) in the top bits
+/// of the process. An op longer than `u32::MAX` ns is kept as pieces end to end
+/// ([`Op::pieces`]), which cut the timeline the same way.
 #[derive(Clone, Copy)]
 pub(super) struct Op {
     pub(super) start: i64,
-    pub(super) end: i64,
+    len: u32,
+    pub(super) step: u32,
     pub(super) device: u32,
-    pub(super) pid_kind: u32,
+    pid_kind: u32,
 }
 
 pub(super) const PID_BITS: u32 = 24;
 
+/// The step of an op no step claims, and the owner of a window that counts every op.
+pub(super) const NO_STEP: u32 = u32::MAX;
+
 impl Op {
+    /// The op `[start, end)` (`end > start`) as one or more pieces, each given to `push`.
+    pub(super) fn pieces(
+        start: i64,
+        end: i64,
+        step: u32,
+        device: u32,
+        pid: u32,
+        kind: usize,
+        mut push: impl FnMut(Op),
+    ) {
+        let pid_kind = (pid & ((1 << PID_BITS) - 1)) | ((kind as u32) << PID_BITS);
+        let mut at = start;
+        while at < end {
+            let len = end.saturating_sub(at).min(i64::from(u32::MAX));
+            push(Op {
+                start: at,
+                len: len as u32,
+                step,
+                device,
+                pid_kind,
+            });
+            at = at.saturating_add(len);
+        }
+    }
+    pub(super) fn end(&self) -> i64 {
+        self.start.saturating_add(i64::from(self.len))
+    }
     pub(super) fn pid(&self) -> u32 {
         self.pid_kind & ((1 << PID_BITS) - 1)
     }
@@ -37,6 +75,8 @@ pub(super) struct Window {
     pub(super) device: u32,
     pub(super) start: i64,
     pub(super) end: i64,
+    /// The step whose ops alone the window counts, or [`NO_STEP`] for every op.
+    pub(super) owner: u32,
 }
 
 /// The breakdown of every window, and the longest idle stretches inside the gap windows: one
@@ -68,11 +108,15 @@ impl PartialOrd for Stretch {
     }
 }
 
-/// One device's state in the sweep: the kinds running, the ends to come, the time reached, the
-/// windows (by start) and which are open.
+/// How many ops of each kind are running.
+type Counts = [i32; KINDS.len()];
+
+/// One device's state in the sweep: the kinds running, in all and per step, the ends to come
+/// (end, kind, step), the time reached, the windows (by start) and which are open.
 struct DeviceSweep {
-    counts: [i32; KINDS.len()],
-    ends: BinaryHeap<std::cmp::Reverse<(i64, usize)>>,
+    counts: Counts,
+    by_step: FastMap<u32, Counts>,
+    ends: BinaryHeap<std::cmp::Reverse<(i64, usize, u32)>>,
     prev: Option<i64>,
     windows: Vec<usize>,
     next_window: usize,
@@ -83,6 +127,7 @@ impl DeviceSweep {
     fn new() -> DeviceSweep {
         DeviceSweep {
             counts: [0; KINDS.len()],
+            by_step: FastMap::default(),
             ends: BinaryHeap::new(),
             prev: None,
             windows: Vec::new(),
@@ -124,13 +169,21 @@ pub(super) fn sweep(
         d.windows.sort_by_key(|&i| windows[i].start);
     }
     let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
-    // One segment [a, b) during which `running` ran on device `d`.
-    let mut feed = |d: &mut DeviceSweep, a: i64, b: i64, running: u8| {
+    fn running(counts: &Counts) -> u8 {
+        counts
+            .iter()
+            .zip(KINDS)
+            .filter(|(c, _)| **c > 0)
+            .fold(0u8, |m, (_, k)| m | k)
+    }
+    // One segment [a, b) of device `d`, whose counts hold during it.
+    let mut feed = |d: &mut DeviceSweep, a: i64, b: i64| {
         while d.next_window < d.windows.len() && windows[d.windows[d.next_window]].start < b {
             d.active.push(d.windows[d.next_window]);
             d.next_window += 1;
         }
         d.active.retain(|&w| windows[w].end > a);
+        let all = running(&d.counts);
         // An idle stretch is listed once, in the earliest gap window that holds it (step spans
         // on a device can overlap: a pipelined run, or two processes sharing it).
         let mut listed = false;
@@ -140,9 +193,16 @@ pub(super) fn sweep(
             if o <= 0 {
                 continue;
             }
-            if running != 0 {
+            let own = match win.owner {
+                NO_STEP => all,
+                step => d.by_step.get(&step).map_or(0, running),
+            };
+            if own != 0 {
                 covered[w] = covered[w].saturating_add(o);
-                breakdowns[w].add_running(running, o);
+                breakdowns[w].add_running(own, o);
+            } else if all != 0 {
+                covered[w] = covered[w].saturating_add(o);
+                breakdowns[w].other_work_ns = breakdowns[w].other_work_ns.saturating_add(o);
             } else if let Some(g) = gap_of[w].filter(|_| !listed) {
                 // Idle time is what the segments that ran something leave of the window; an idle
                 // stretch is only looked at as a gap.
@@ -156,13 +216,6 @@ pub(super) fn sweep(
     };
     // Advance device `d` to time `t` (exclusive of starts at `t`): the segments up to each end
     // before it, then up to `t`.
-    fn running(counts: &[i32; KINDS.len()]) -> u8 {
-        counts
-            .iter()
-            .zip(KINDS)
-            .filter(|(c, _)| **c > 0)
-            .fold(0u8, |m, (_, k)| m | k)
-    }
     let mut advance = |d: &mut DeviceSweep, t: Option<i64>| loop {
         let next_end = d.ends.peek().map(|e| e.0 .0);
         let at = match (next_end, t) {
@@ -172,12 +225,14 @@ pub(super) fn sweep(
             (None, None) => break,
         };
         if let Some(p) = d.prev.filter(|&p| at > p) {
-            let r = running(&d.counts);
-            feed(d, p, at, r);
+            feed(d, p, at);
         }
         while d.ends.peek().is_some_and(|e| e.0 .0 == at) {
-            let std::cmp::Reverse((_, kind)) = d.ends.pop().expect("peeked");
+            let std::cmp::Reverse((_, kind, step)) = d.ends.pop().expect("peeked");
             d.counts[kind] -= 1;
+            if let Some(c) = d.by_step.get_mut(&step) {
+                c[kind] -= 1;
+            }
         }
         d.prev = Some(at);
         if Some(at) == t {
@@ -214,7 +269,11 @@ pub(super) fn sweep(
         let d = &mut last.as_mut().expect("set above").1;
         advance(d, Some(op.start));
         d.counts[op.kind()] += 1;
-        d.ends.push(std::cmp::Reverse((op.end, op.kind())));
+        if op.step != NO_STEP {
+            d.by_step.entry(op.step).or_insert([0; KINDS.len()])[op.kind()] += 1;
+        }
+        d.ends
+            .push(std::cmp::Reverse((op.end(), op.kind(), op.step)));
     }
     if let Some((dev, st)) = last.take() {
         devices.insert(dev, st);

@@ -44,6 +44,8 @@ impl Profile {
             .chain(std::iter::once(&self.whole_trace))
             .collect();
 
+        // Steps whose spans overlap (the GPU behind the host) each count only their own ops.
+        let other_work = rows.iter().any(|p| p.breakdown.other_work_ns > 0);
         let mut phases = Table::new([
             "Phase",
             "Steps",
@@ -63,6 +65,11 @@ impl Profile {
             "Graph %",
             "Idle %",
         ]);
+        if other_work {
+            phases
+                .columns
+                .insert(phases.columns.len() - 1, "Other steps %".into());
+        }
         for p in &rows {
             let top = p.top_kernel.as_ref();
             let mut row = vec![
@@ -86,14 +93,15 @@ impl Profile {
                 opt_float(top.and_then(|t| t.instances_per_step), 1),
             ];
             let b = &p.breakdown;
-            for part in [
+            let parts = [
                 b.compute_ns,
                 b.exposed_communication_ns,
                 b.memcpy_ns,
                 b.memset_ns,
                 b.graph_ns,
-                b.idle_ns,
-            ] {
+            ];
+            let other = other_work.then_some(b.other_work_ns);
+            for part in parts.into_iter().chain(other).chain([b.idle_ns]) {
                 row.push(opt_pct(
                     (b.span_ns > 0).then(|| part as f64 / b.span_ns as f64),
                 ));
@@ -116,6 +124,9 @@ impl Profile {
         )];
         notes.extend(self.notes.iter().map(|n| format!("note: {n}")));
         notes.push("Compute % to Idle %: where GPU time goes in each instance's span on each device it ran work on (first GPU op start to last end; the whole trace: each device's first to last op), by what the device was running, by precedence compute ▸ graph ▸ communication ▸ memcpy ▸ memset ▸ idle; they add up to 100%.".to_owned());
+        if other_work {
+            notes.push("Other steps %: a step's span holds only its own ops' work; the time during which only other steps' ops (or ops of no step) ran there, when step spans overlap because the GPU runs behind the host.".to_owned());
+        }
         notes.extend(self.idle_gaps.iter().take(3).map(|g| {
             let host = match (&g.api_call, &g.range) {
                 (Some(c), Some(r)) => format!("host in {c} (range `{r}`)"),
