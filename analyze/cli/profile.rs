@@ -61,9 +61,9 @@ pub struct Args {
     /// where each operator stands under the GPU's roofs.
     #[arg(long, value_name = "VIEW", value_parser = ["op"])]
     pub by: Option<String>,
-    /// The compute roof in TFLOP/s for `--by op`, in place of the table's figures for the
-    /// trace's GPU (every element type).
-    #[arg(long, value_name = "TFLOPS", requires = "by", value_parser = parse_positive)]
+    /// The compute roof in TFLOP/s, in place of the table's figures for the trace's GPU (every
+    /// element type): for `--by op`'s roofline and the steps' model FLOP utilisation.
+    #[arg(long, value_name = "TFLOPS", value_parser = parse_positive)]
     pub peak_tflops: Option<f64>,
     /// The memory roof in TB/s for `--by op`, in place of the table's figure.
     #[arg(long, value_name = "TBPS", requires = "by", value_parser = parse_positive)]
@@ -121,6 +121,11 @@ pub struct ProfileArgs {
     /// Non-GEMM kernels to list per phase.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub top: usize,
+    /// The FLOPs one measured step of the model needs on one GPU (e.g. 6 x parameters x tokens
+    /// for training), for its model FLOP utilisation (default: from the run metadata of a
+    /// `collect` trace, or with `--by op` the operators' count).
+    #[arg(long, value_name = "FLOPS", value_parser = parse_positive)]
+    pub model_flops_per_step: Option<f64>,
 }
 
 impl ProfileArgs {
@@ -152,6 +157,7 @@ impl ProfileArgs {
             operators: false,
             peak_tflops: None,
             peak_tbps: None,
+            model_flops_per_step: self.model_flops_per_step,
         };
         Ok((opts, self.classes))
     }

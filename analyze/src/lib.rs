@@ -40,7 +40,6 @@ pub mod progress;
 pub mod render;
 #[cfg(feature = "analysis")]
 pub mod report;
-#[cfg(feature = "analysis")]
 pub mod roofline;
 #[cfg(feature = "analysis")]
 pub mod run_name;

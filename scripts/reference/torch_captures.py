@@ -103,6 +103,13 @@ def kineto_schedule(a, kind="schedule", **extra):
 
     def ready(prof):
         prof.export_chrome_trace(tmp)
+        if extra.get("with_flops"):
+            # PyTorch's own FLOP counts per operator over the recorded steps, beside the trace
+            # (the trace's events carry none in the versions tried).
+            counts = {e.key: {"calls": e.count, "flops": e.flops}
+                      for e in prof.key_averages() if e.flops}
+            with open(os.path.join(a.out, name.replace(".pt.trace.json", ".flops.json")), "w") as f:
+                json.dump(counts, f, indent=1, sort_keys=True)
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                  schedule=schedule(wait=1, warmup=1, active=2, repeat=1), on_trace_ready=ready,

@@ -37,6 +37,7 @@ mod memory_cli;
 mod memory_frame_fields;
 mod memory_peaks;
 mod memory_public;
+mod mfu;
 mod nsys_ingest;
 mod nsys_public;
 mod nsys_stats_golden;

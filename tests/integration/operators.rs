@@ -367,3 +367,28 @@ fn by_op_plots_the_roofline() {
             .unwrap();
     assert!(svg.contains("aten::bmm"));
 }
+
+/// The matrix products' FLOPs of a Kineto capture equal PyTorch's own count of the same steps
+/// (`prof.key_averages()`, written beside the trace by `torch_captures.py kineto-ops`, since the
+/// trace's events carry none) to 0.1%.
+#[test]
+fn kineto_matrix_flops_match_pytorchs_own_count() {
+    let p = by_op("kineto/kineto_flops_h100_small_l4_ctx128_train_fp32.pt.trace.json.gz");
+    let text = std::fs::read_to_string(common::fixture(
+        "kineto/kineto_flops_h100_small_l4_ctx128_train_fp32.flops.json",
+    ))
+    .unwrap();
+    let counts: Value = serde_json::from_str(&text).unwrap();
+    let bmm = view(&p)
+        .operators
+        .iter()
+        .find(|o| o.name == "aten::bmm")
+        .expect("aten::bmm launched kernels");
+    let theirs = counts["aten::bmm"]["flops"].as_f64().unwrap();
+    let ours = bmm.flops.unwrap() as f64;
+    assert!((ours - theirs).abs() <= theirs * 1e-3, "{ours} vs {theirs}");
+    assert_eq!(
+        bmm.calls as u64,
+        counts["aten::bmm"]["calls"].as_u64().unwrap()
+    );
+}

@@ -118,6 +118,10 @@ pub struct RunResult {
     pub event_step_ms: Option<Vec<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_s: Option<f64>,
+    /// Model FLOP utilisation at the mean host step time (0..1), against the GPU's peak for
+    /// the run's matrix products ([`crate::roofline::mfu`]); absent for a GPU the table lacks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
     /// The loss after the last step: absent for an `oom` row, `null` for a mode without one.
     #[serde(
         default,

@@ -33,6 +33,13 @@ pub mod keys {
     pub const DRIVER: &str = "driver";
     /// The attention implementation: `naive` (scores materialised) or `flash` (FlashAttention-2).
     pub const ATTENTION: &str = "attention";
+    /// Whether FP32 matrix products ran in TF32 (`true` or `false`).
+    pub const TF32: &str = "tf32";
+    /// The FLOPs one step needs by the model's arithmetic (each product counted once).
+    pub const MODEL_FLOPS_PER_STEP: &str = "model_flops_per_step";
+    /// The FLOPs one step did: the model's, and a forward run again under activation
+    /// checkpointing.
+    pub const HARDWARE_FLOPS_PER_STEP: &str = "hardware_flops_per_step";
     /// Read, not written: an explicit head dimension, and the head counts other tools name.
     pub const HEAD_DIM: &str = "head_dim";
     pub const NUM_HEADS: &str = "num_heads";

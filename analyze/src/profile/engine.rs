@@ -633,6 +633,10 @@ impl Plan {
                 ),
             }
         });
+        let mfu = step.as_ref().and_then(|s| {
+            let dtype = super::operators::default_dtype(trace).0;
+            super::mfu::of_steps(trace, opts, s, by_operator.as_ref(), dtype)
+        });
         let file = trace.source.path.display().to_string();
         let ranks = super::ranks::in_one_file(&devices, &file);
         let mut profile = Profile {
@@ -652,6 +656,7 @@ impl Plan {
             straggler,
             ranks,
             clock_offsets_ns: BTreeMap::new(),
+            mfu,
             by_operator,
         };
         profile.rank_the_straggler();

@@ -25,6 +25,7 @@
 pub mod breakdown;
 pub mod devices;
 mod engine;
+pub mod mfu;
 pub mod operators;
 mod plan;
 pub mod ranges;
@@ -95,6 +96,9 @@ pub struct ProfileOptions {
     pub peak_tflops: Option<f64>,
     /// The memory roof, TB/s, over the table's figure.
     pub peak_tbps: Option<f64>,
+    /// The FLOPs one measured step needs, for its model FLOP utilisation, over what the run
+    /// metadata or the operator view say.
+    pub model_flops_per_step: Option<f64>,
 }
 
 impl Default for ProfileOptions {
@@ -111,6 +115,7 @@ impl Default for ProfileOptions {
             operators: false,
             peak_tflops: None,
             peak_tbps: None,
+            model_flops_per_step: None,
         }
     }
 }
@@ -240,6 +245,9 @@ pub struct Profile {
     pub clock_offsets_ns: BTreeMap<u32, i64>,
     /// The operator view (`--by op`): per operator kernel time, calls, shapes, FLOPs, bytes and
     /// roofline, its keys at the top level of the JSON.
+    /// The measured steps' model and hardware FLOP utilisation, where their FLOPs are known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<mfu::Mfu>,
     #[serde(flatten)]
     pub by_operator: Option<operators::OperatorView>,
 }

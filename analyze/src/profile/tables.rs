@@ -12,6 +12,7 @@ use crate::roofline::Bound;
 use crate::source::many::RankFrom;
 
 use super::devices::DeviceProfile;
+use super::mfu::Mfu;
 use super::operators::OperatorView;
 use super::summary::per_step;
 use super::{PhaseProfile, Profile};
@@ -243,6 +244,9 @@ impl Profile {
         }
         if !self.clock_offsets_ns.is_empty() {
             sections.push(self.ranks_section());
+        }
+        if let Some(m) = &self.mfu {
+            sections.push(mfu_section(m));
         }
         if let Some(v) = &self.by_operator {
             sections.extend(v.sections(self.measured_steps));
@@ -536,5 +540,46 @@ impl OperatorView {
             notes: vec!["The outermost operator call of each chain that launched GPU work (aten::einsum over aten::bmm, an autograd node over its backward's operators).".into()],
         });
         sections
+    }
+}
+
+/// The measured steps' model and hardware FLOP utilisation.
+fn mfu_section(m: &Mfu) -> Section {
+    let mut t = Table::new([
+        "Model FLOPs/step",
+        "Hardware FLOPs/step",
+        "Step (ms)",
+        "Achieved TFLOP/s",
+        "Peak TFLOP/s",
+        "MFU %",
+        "HFU %",
+    ]);
+    let sci = |f: Option<f64>| f.map_or(Cell::Missing, |f| Cell::text(format!("{f:.4e}")));
+    t.push(vec![
+        sci(m.model_flops_per_step),
+        sci(m.hardware_flops_per_step),
+        ms(m.step_ns),
+        opt_float(m.achieved_tflops, 1),
+        opt_float(m.peak_tflops, 1),
+        opt_pct(m.mfu),
+        opt_pct(m.hfu),
+    ]);
+    let from = |what: &str, f: Option<&str>| f.map(|f| format!("{what} FLOPs from the {f}"));
+    let mut parts: Vec<String> = [
+        from("model", m.model_flops_from),
+        from("hardware", m.hardware_flops_from),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    parts.push("step time: the measured steps' mean wall time".into());
+    parts.push(match &m.peak {
+        Some(p) => format!("peak: {p}"),
+        None => "the trace's GPU is not in the table of peaks: pass --peak-tflops".into(),
+    });
+    Section {
+        title: Some("Model FLOP utilisation (per measured step)".into()),
+        table: t,
+        notes: vec![parts.join("; ")],
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - [`flops`]: what an operator call costs, from its recorded shapes and types;
 //! - [`peaks`]: the GPUs' peak rates and bandwidths, from their spec sheets;
-//! - [`chart`]: the log-log roofline chart.
+//! - [`mfu`]: model and hardware FLOP utilisation of a step, for `analyze` and `collect` alike;
+//! - `chart`: the log-log roofline chart (with the `analysis` feature).
 //!
 //! Which roof a piece of work is held to: matrix products and attention, the tensor peak of
 //! their element type (BF16, FP16; for FP32, TF32 where their kernels ran TF32, the FP32 matrix
@@ -13,8 +14,10 @@
 //! anything else, the FP32 vector peak. `--peak-tflops` and `--peak-tbps` replace the table's
 //! figures.
 
+#[cfg(feature = "analysis")]
 pub mod chart;
 pub mod flops;
+pub mod mfu;
 pub mod peaks;
 
 use serde::Serialize;

@@ -23,7 +23,6 @@ use analyze::formats::step_times::StepTimes as Stats;
 
 /// Run-metadata keys `bench` adds to [`run_metadata::keys`].
 pub mod keys {
-    pub const TF32: &str = "tf32";
     pub const ALLOCATOR: &str = "allocator";
     /// Whether activation checkpointing was on (`true` or `false`).
     pub const CHECKPOINT: &str = "checkpoint";
@@ -61,7 +60,13 @@ pub fn run_metadata(
     allocator: AllocatorKind,
 ) -> RunMetadata {
     let mut meta = RunMetadata::describe(&run_description(run));
-    meta.set(keys::TF32, run.tf32)
+    let flops = plan::plan(run).flops;
+    meta.set(run_metadata::keys::TF32, run.tf32)
+        .set(run_metadata::keys::MODEL_FLOPS_PER_STEP, flops.per_step)
+        .set(
+            run_metadata::keys::HARDWARE_FLOPS_PER_STEP,
+            flops.per_step + flops.recompute,
+        )
         .set(run_metadata::keys::WARMUP, warmup)
         .set_step_times_ms(&m.host_ms)
         .set(run_metadata::keys::DEVICE, &device.name)
@@ -79,6 +84,16 @@ pub fn run_metadata(
         }
     }
     meta
+}
+
+/// The model FLOP utilisation of a step of `run` taking `mean_ms` on `device`, against the peak
+/// of its matrix products' type there; `None` for a GPU the table of peaks lacks.
+pub fn mfu(run: &RunConfig, mean_ms: f64, device: &DeviceInfo) -> Option<f64> {
+    let peaks = analyze::roofline::peaks::for_gpu(&device.name)?.peaks;
+    let dtype = analyze::roofline::Dtype::of_precision(run.precision.as_str())?;
+    let (_, peak) = analyze::roofline::mfu::roof(&peaks, dtype, run.tf32);
+    let flops = plan::plan(run).flops.per_step as f64;
+    analyze::roofline::mfu::utilisation(flops, mean_ms * 1e6, peak)
 }
 
 /// Tokens per second from a mean step time.
@@ -104,6 +119,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
         "CV (%)",
         "first (ms)",
         "tokens/s",
+        "MFU (%)",
         "events mean (ms)",
         "peak memory",
     ]);
@@ -129,6 +145,8 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
                     Cell::Float(h.cv * 100.0, 1),
                     Cell::Float(h.first, 2),
                     Cell::Int(tokens_per_second(&r.run, h.mean).round() as i64),
+                    mfu(&r.run, h.mean, device)
+                        .map_or(Cell::Missing, |u| Cell::Float(u * 100.0, 1)),
                     Cell::Float(m.event.mean, 2),
                     Cell::text(format_bytes(m.memory.peak)),
                 ]);
@@ -139,7 +157,7 @@ pub fn document(rows: &[Row], device: &DeviceInfo) -> Document {
                     _ => "refused",
                 };
                 row.push(Cell::text(status));
-                row.extend(std::iter::repeat_n(Cell::Missing, 9));
+                row.extend(std::iter::repeat_n(Cell::Missing, 10));
                 if let Some(reason) = r.outcome.reason() {
                     notes.push(format!(
                         "{} ctx {} {} {} {} attention{}: {reason}",
@@ -205,6 +223,7 @@ pub fn results_file(rows: &[Row], device: &DeviceInfo, opts: &BenchOptions) -> R
                     v.host_step_ms = Some(m.host_ms.clone());
                     v.event_step_ms = Some(m.event_ms.clone());
                     v.tokens_per_s = Some(tokens_per_second(&r.run, m.host.mean));
+                    v.mfu = mfu(&r.run, m.host.mean, device);
                     v.loss = Some(m.loss.map(f64::from));
                     v.memory = Some(Memory {
                         after_build_bytes: Some(m.memory.after_build),

@@ -22,7 +22,7 @@ use super::plan::What;
 
 mod view;
 
-pub(super) use self::view::{without_operators, ViewInputs};
+pub(super) use self::view::{default_dtype, without_operators, ViewInputs};
 pub use self::view::{DevicePeak, OperatorRow, OperatorView, PhaseOps, ShapeRow, TopLevelRow};
 
 /// Kernels and their time.

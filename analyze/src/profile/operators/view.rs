@@ -124,7 +124,7 @@ pub(in crate::profile) struct ViewInputs<'a> {
 }
 
 /// The element type of tensors whose type was not recorded, and what says so.
-fn default_dtype(trace: &Trace) -> (Dtype, String) {
+pub(in crate::profile) fn default_dtype(trace: &Trace) -> (Dtype, String) {
     if let Some(d) = trace
         .source
         .run

@@ -30,6 +30,11 @@ pub(super) fn gpu_time_section(traces: &[&TraceRun]) -> ReportSection {
         "longest idle gap (ms)",
         "host then in",
     ]);
+    // Model FLOP utilisation, for the runs whose steps' FLOPs are known.
+    let any_mfu = traces.iter().any(|t| t.profile.mfu.is_some());
+    if any_mfu {
+        runs.columns.push("MFU %".into());
+    }
     let mut devices = Table::new([
         "run",
         "device",
@@ -54,7 +59,7 @@ pub(super) fn gpu_time_section(traces: &[&TraceRun]) -> ReportSection {
         };
         let gap = p.idle_gaps.first();
         let host = gap.and_then(|g| g.api_call.as_deref().or(g.range.as_deref()));
-        runs.push(vec![
+        let mut row = vec![
             Cell::text(&tr.label),
             if p.measured_steps > 0 {
                 Cell::Int(p.measured_steps as i64)
@@ -71,7 +76,11 @@ pub(super) fn gpu_time_section(traces: &[&TraceRun]) -> ReportSection {
             share(b, b.communication_ns),
             opt_ms(gap.map(|g| g.idle_ns as f64)),
             host.map_or(Cell::Missing, Cell::text),
-        ]);
+        ];
+        if any_mfu {
+            row.push(opt_pct(p.mfu.as_ref().and_then(|m| m.mfu)));
+        }
+        runs.push(row);
         if p.devices.len() > 1 {
             for d in &p.devices {
                 let mut row = vec![Cell::text(&tr.label)];
