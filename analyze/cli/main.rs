@@ -65,7 +65,6 @@ pub enum Outcome {
 }
 
 fn main() -> ExitCode {
-    analyze::cli::map_large_buffers();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage::exit_on_parse_error(e, &Cli::command()),

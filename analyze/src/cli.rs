@@ -8,19 +8,6 @@ use std::error::Error;
 use std::io::Write;
 use std::process::ExitCode;
 
-/// Have large buffers (a pass's op lists, a file's pages) mapped from the system and given back
-/// to it when freed, for the life of the process. glibc otherwise raises its mapping threshold to
-/// the largest block freed, after which such buffers come from the heap, where what is left of
-/// each stays: a `report` over twenty exports grew a third past one `profile` of them that way.
-pub fn map_large_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: a setting of the C allocator, made before any thread of ours starts; a refusal
-    // (0) leaves glibc's default, which is only slower to give memory back.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-    }
-}
-
 /// Write `text` to stdout and flush it.
 pub fn print(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();

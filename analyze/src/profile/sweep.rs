@@ -115,7 +115,11 @@ type Counts = [i32; KINDS.len()];
 /// (end, kind, step), the time reached, the windows (by start) and which are open.
 struct DeviceSweep {
     counts: Counts,
-    by_step: FastMap<u32, Counts>,
+    /// The counts of each step with ops here, in the order they came, and where each step's
+    /// are, the last one asked for first (ops come mostly a step at a time).
+    by_step: Vec<Counts>,
+    slots: FastMap<u32, usize>,
+    last: (u32, usize),
     ends: BinaryHeap<std::cmp::Reverse<(i64, usize, u32)>>,
     prev: Option<i64>,
     windows: Vec<usize>,
@@ -124,10 +128,25 @@ struct DeviceSweep {
 }
 
 impl DeviceSweep {
+    /// The counts of `step`'s ops.
+    fn of_step(&mut self, step: u32) -> &mut Counts {
+        if self.last.0 != step {
+            let next = self.by_step.len();
+            let slot = *self.slots.entry(step).or_insert(next);
+            if slot == next {
+                self.by_step.push([0; KINDS.len()]);
+            }
+            self.last = (step, slot);
+        }
+        &mut self.by_step[self.last.1]
+    }
+
     fn new() -> DeviceSweep {
         DeviceSweep {
             counts: [0; KINDS.len()],
-            by_step: FastMap::default(),
+            by_step: Vec::new(),
+            slots: FastMap::default(),
+            last: (NO_STEP, 0),
             ends: BinaryHeap::new(),
             prev: None,
             windows: Vec::new(),
@@ -187,7 +206,8 @@ pub(super) fn sweep(
         // An idle stretch is listed once, in the earliest gap window that holds it (step spans
         // on a device can overlap: a pipelined run, or two processes sharing it).
         let mut listed = false;
-        for &w in &d.active {
+        for i in 0..d.active.len() {
+            let w = d.active[i];
             let win = &windows[w];
             let o = b.min(win.end).saturating_sub(a.max(win.start));
             if o <= 0 {
@@ -195,7 +215,7 @@ pub(super) fn sweep(
             }
             let own = match win.owner {
                 NO_STEP => all,
-                step => d.by_step.get(&step).map_or(0, running),
+                step => running(d.of_step(step)),
             };
             if own != 0 {
                 covered[w] = covered[w].saturating_add(o);
@@ -230,8 +250,8 @@ pub(super) fn sweep(
         while d.ends.peek().is_some_and(|e| e.0 .0 == at) {
             let std::cmp::Reverse((_, kind, step)) = d.ends.pop().expect("peeked");
             d.counts[kind] -= 1;
-            if let Some(c) = d.by_step.get_mut(&step) {
-                c[kind] -= 1;
+            if step != NO_STEP {
+                d.of_step(step)[kind] -= 1;
             }
         }
         d.prev = Some(at);
@@ -270,7 +290,7 @@ pub(super) fn sweep(
         advance(d, Some(op.start));
         d.counts[op.kind()] += 1;
         if op.step != NO_STEP {
-            d.by_step.entry(op.step).or_insert([0; KINDS.len()])[op.kind()] += 1;
+            d.of_step(op.step)[op.kind()] += 1;
         }
         d.ends
             .push(std::cmp::Reverse((op.end(), op.kind(), op.step)));

@@ -258,6 +258,17 @@ fn disambiguate(labels: Vec<&mut String>) {
     }
 }
 
+/// Give the memory the last file's analysis freed back to the system. glibc keeps freed blocks
+/// in its heaps, where the next file's differently sized buffers fit them badly: a report over
+/// twenty exports grew a third past one `profile` of them that way.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: asks the C allocator to return free pages; it touches no block in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Read every input under `paths`. `progress` gets one line per file read; skipped files are
 /// only listed in the result, for the caller to summarise.
 pub fn load(
@@ -277,6 +288,7 @@ pub fn load(
         if i > 0 {
             // The file before is done: read, skipped or refused.
             crate::progress::advance(1);
+            release_freed_memory();
         }
         let shown = c.path.display().to_string();
         let is_rep = c
