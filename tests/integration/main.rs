@@ -35,6 +35,7 @@ mod kineto;
 mod memory_categories;
 mod memory_cli;
 mod memory_frame_fields;
+mod memory_modules;
 mod memory_peaks;
 mod memory_public;
 mod mfu;

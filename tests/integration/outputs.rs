@@ -142,6 +142,7 @@ fn profile_tables_read_back() {
 fn memory_tables_read_back() {
     files_match_json(&["memory", &fixture(SNAP)]);
     files_match_json(&["memory", &fixture(SNAP), &fixture(SNAP_BF16)]);
+    files_match_json(&["memory", "--by", "module", &fixture(SNAP)]);
 }
 
 #[test]

@@ -1,13 +1,15 @@
 //! The memory charts, as data for [`crate::render::plot`]: the allocated-memory timeline (reserved
 //! beside it, phases shaded, the peak marked, the bytes allocated before recording as a
-//! reference line) and the stacked bar of categories at the peak (one bar per snapshot), and
-//! [`write_charts`], which writes them as `analyze memory --plot` does.
+//! reference line), the stacked bar of categories at the peak (one bar per snapshot) and the
+//! bars of the largest modules at the peak ([`modules_chart`]); [`write_charts`] and
+//! [`write_module_charts`] write them as `analyze memory --plot` does.
 
 use std::path::{Path, PathBuf};
 
 use plotters::style::RGBColor;
 
 use super::categories::{self, BUILTIN};
+use super::modules::{is_fixed_row, top_and_rest, ModuleShare};
 use super::phases::Phase;
 use super::summary::{category_order, Analysis, MemoryReport};
 use crate::error::{Error, Result};
@@ -316,6 +318,86 @@ pub fn categories_chart(reports: &[&MemoryReport]) -> StackedBars {
         legend,
         value_max: None,
     }
+}
+
+/// Bars of the `top` modules of one snapshot by bytes live at the peak, largest first, and one
+/// bar for the rest, so that the bars add up to the peak. Rows that name no module are grey.
+pub fn modules_chart(r: &MemoryReport, top: usize) -> StackedBars {
+    let (div, unit_name) = unit(r.peak_allocated_bytes);
+    const MODULE: &str = "module";
+    const UNNAMED: &str = "no module named";
+    let (shown, rest) = top_and_rest(&r.modules, top);
+    let mut rows: Vec<(&ModuleShare, bool)> =
+        shown.iter().map(|m| (m, !is_fixed_row(&m.name))).collect();
+    rows.extend(rest.as_ref().map(|m| (m, false)));
+    let bars: Vec<Bar> = rows
+        .into_iter()
+        .map(|(m, named)| {
+            let value = m.bytes_at_peak as f64 / div;
+            Bar {
+                // The value in the label: the bars carry no numbers of their own.
+                label: format!("{}  {value:.2} {unit_name}", m.name),
+                parts: vec![((if named { MODULE } else { UNNAMED }).to_owned(), value)],
+            }
+        })
+        .collect();
+    let longest = bars
+        .iter()
+        .map(|b| b.label.chars().count())
+        .max()
+        .unwrap_or(10) as u32;
+    StackedBars {
+        frame: Frame {
+            title: format!("Memory at the peak by module: {}", r.label),
+            subtitle: Some(format!(
+                "{:.2} {unit_name} allocated at the peak; the {} largest of {} modules, the rest in one bar",
+                r.peak_allocated_bytes as f64 / div,
+                shown.len(),
+                r.modules.len()
+            )),
+            width: (900 + longest * 8).min(1800),
+            height: (160 + 40 * bars.len() as u32).max(480),
+        },
+        value_label: format!("allocated at the peak ({unit_name})"),
+        bars,
+        colors: vec![
+            (MODULE.to_owned(), RGBColor(31, 119, 180)),
+            (UNNAMED.to_owned(), RGBColor(199, 199, 199)),
+        ],
+        legend: vec![
+            (MODULE.to_owned(), "named by its stack".to_owned()),
+            (
+                UNNAMED.to_owned(),
+                "no module named, or the rest".to_owned(),
+            ),
+        ],
+        value_max: None,
+    }
+}
+
+/// Write the module chart of each of `reports` into `dir` (made if need be) as
+/// `<label>.modules` in each of `formats`, the `top` modules each. Returns the files written.
+pub fn write_module_charts(
+    dir: &Path,
+    reports: &[&MemoryReport],
+    top: usize,
+    formats: &[ImageFormat],
+) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::PlotFolder {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    for r in reports {
+        let stem = file_stem(&r.label, "snapshot");
+        let chart = modules_chart(r, top);
+        for &f in formats {
+            let p = dir.join(format!("{stem}.modules.{}", f.extension()));
+            write_chart(&chart, &p, f)?;
+            written.push(p);
+        }
+    }
+    Ok(written)
 }
 
 /// Write the charts of `analyses` into `dir` (made if need be) in each of `formats`: per

@@ -8,9 +8,12 @@
 //!   and [`inference`] adds what the trace's lifetimes and sizes tell ([`autocast`]: weight
 //!   copies in stacks without C++ frames);
 //! - [`peak`] reports the peak and the allocations live at it;
+//! - [`modules`] groups the bytes at the peak and the window's allocations by the module or
+//!   model function their stacks name;
 //! - [`summary`] gathers one snapshot's results ([`summary::MemoryReport`]); [`tables`] lays them
 //!   out as tables, one snapshot or many side by side;
-//! - [`charts`] draws the timeline and the category bar through [`crate::render::plot`].
+//! - [`charts`] draws the timeline, the category bar and the module bars through
+//!   [`crate::render::plot`].
 //!
 //! Nothing here reads files; [`charts::write_charts`] writes the plot files.
 
@@ -18,6 +21,7 @@ pub mod autocast;
 pub mod categories;
 pub mod charts;
 pub mod inference;
+pub mod modules;
 pub mod peak;
 pub mod phases;
 pub mod summary;

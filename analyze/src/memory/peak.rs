@@ -32,15 +32,21 @@ pub struct TopAllocation {
     pub before_recording: bool,
 }
 
+/// What [`top_frame`] says of an allocation made before recording began, its stack unknown.
+pub const ALLOCATED_BEFORE_RECORDING: &str = "(allocated before recording)";
+/// What [`top_frame`] says of an allocation of the window recorded without a stack.
+pub const NO_STACK: &str = "(no stack recorded)";
+
 /// Text naming a stack's origin in one line.
 pub fn top_frame(frames: &Frames, stack: StackId, before_recording: bool) -> String {
     let s = frames.stack(stack);
     if s.is_empty() {
         return if before_recording {
-            "(allocated before recording)".to_owned()
+            ALLOCATED_BEFORE_RECORDING
         } else {
-            "(no stack recorded)".to_owned()
-        };
+            NO_STACK
+        }
+        .to_owned();
     }
     let frame = |i: &u32| frames.frame(*i);
     if let Some(f) = s.iter().map(frame).find(|f| f.is_user_code()) {
@@ -216,7 +222,7 @@ mod tests {
         assert_eq!(top_frame(&f, bwd, false), "MulBackward0 (aten::mul_Tensor)");
         assert_eq!(
             top_frame(&f, StackId::EMPTY, true),
-            "(allocated before recording)"
+            ALLOCATED_BEFORE_RECORDING
         );
     }
 }

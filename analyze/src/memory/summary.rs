@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::categories::{breakdown, CategoryShare, Rules};
 use super::inference::categorize;
+use super::modules::{by_module, ModuleShare};
 use super::peak::{top_allocations, TopAllocation};
 use super::phases::{spans, stack_phases, Phase, PhaseSpan};
 use super::timeline::{replay, Timeline};
@@ -164,6 +165,9 @@ pub struct MemoryReport {
     pub end_reserved_bytes: u64,
     pub top_allocations: Vec<TopAllocation>,
     pub categories_at_peak: Vec<CategoryShare>,
+    /// Memory by module ([`super::modules`]): bytes at the peak, which add up to
+    /// `peak_allocated_bytes`, and allocations over the window; largest at the peak first.
+    pub modules: Vec<ModuleShare>,
     /// Live bytes per stream at the peak, largest first.
     pub streams_at_peak: Vec<StreamShare>,
     pub phases: Vec<PhaseTimes>,
@@ -324,6 +328,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
             opts.top,
         ),
         categories_at_peak: breakdown(at_peak),
+        modules: by_module(&snap.frames, &timeline, peak_entry),
         streams_at_peak,
         phases: spans
             .iter()

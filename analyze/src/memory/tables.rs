@@ -1,10 +1,12 @@
 //! Tables of memory reports: what `analyze memory` prints ([`document`]): the peak report of one
 //! snapshot, or across several the peak table, the categories per run, and baseline against
-//! compared run (fp32 against autocast, or pairs given in order) with deltas. Sizes are MiB with
-//! two decimals in text, exact bytes beside them; JSON keeps the full values.
+//! compared run (fp32 against autocast, or pairs given in order) with deltas; and what
+//! `analyze memory --by module` prints ([`modules_document`]). Sizes are MiB with two decimals in
+//! text, exact bytes beside them; JSON keeps the full values.
 
 use std::collections::BTreeMap;
 
+use super::modules::{self, top_and_rest, ModuleShare};
 use super::summary::{category_order, MemoryReport, SegmentStats};
 use crate::render::cells::{
     bytes_to_mib, change_pct, mib, opt_int, opt_mib, opt_ms_of_us, opt_text, pct,
@@ -251,6 +253,91 @@ pub fn report_document(r: &MemoryReport) -> Document {
         sections,
         json: None,
     }
+}
+
+/// What `analyze memory --by module` prints: per snapshot, the `top` modules by bytes at the
+/// peak ([`modules_table`]). Its JSON holds every module: one object for one snapshot
+/// (`label`, `peak_allocated_bytes`, `modules`), `{"snapshots": [...]}` for several.
+pub fn modules_document(reports: &[MemoryReport], top: usize) -> Document {
+    let sections = reports
+        .iter()
+        .map(|r| Section {
+            title: Some(format!("Memory by module: {}", r.label)),
+            table: modules_table(r, top),
+            notes: vec![modules_note(r)],
+        })
+        .collect();
+    let json_of = |r: &MemoryReport| {
+        serde_json::json!({
+            "label": r.label,
+            "peak_allocated_bytes": r.peak_allocated_bytes,
+            "peak_entry": r.peak_entry,
+            "modules": r.modules,
+        })
+    };
+    let json = match reports {
+        [r] => json_of(r),
+        _ => serde_json::json!({ "snapshots": reports.iter().map(json_of).collect::<Vec<_>>() }),
+    };
+    Document {
+        sections,
+        json: Some(json),
+    }
+}
+
+/// The `top` modules of one snapshot by bytes live at the peak, and one row for the rest, so
+/// that the column adds up to the peak.
+pub fn modules_table(r: &MemoryReport, top: usize) -> Table {
+    let mut t = Table::new([
+        "#",
+        "module",
+        "MiB at peak",
+        "bytes at peak",
+        "% peak",
+        "blocks",
+        "allocations",
+        "MiB allocated",
+    ]);
+    let mut row = |rank: Cell, m: &ModuleShare| {
+        t.push(vec![
+            rank,
+            Cell::text(&m.name),
+            mib(m.bytes_at_peak),
+            Cell::Int(m.bytes_at_peak as i64),
+            share_of_peak(r, m.bytes_at_peak),
+            Cell::Int(m.blocks_at_peak as i64),
+            Cell::Int(m.allocations as i64),
+            mib(m.bytes_allocated),
+        ]);
+    };
+    let (shown, rest) = top_and_rest(&r.modules, top);
+    for (i, m) in shown.iter().enumerate() {
+        row(Cell::Int(i as i64 + 1), m);
+    }
+    if let Some(rest) = &rest {
+        row(Cell::Missing, rest);
+    }
+    t
+}
+
+/// `bytes` as a percentage of the snapshot's peak allocated bytes (`-` for a peak of 0).
+pub fn share_of_peak(r: &MemoryReport, bytes: u64) -> Cell {
+    if r.peak_allocated_bytes > 0 {
+        pct(bytes as f64 / r.peak_allocated_bytes as f64)
+    } else {
+        Cell::Missing
+    }
+}
+
+/// What a module table's rows are and what they add up to.
+pub fn modules_note(r: &MemoryReport) -> String {
+    format!(
+        "module: the module path, or the innermost frame of the model's code (file.py:line function), on each block's stack; {}, {} and {} hold the blocks whose stack names neither. Bytes at the peak add up to the peak allocated, {} bytes; blocks: how many are live at the peak; allocations: those made over the recorded window",
+        modules::BEFORE_RECORDING,
+        modules::NO_STACK,
+        modules::NO_MODULE_FRAME,
+        r.peak_allocated_bytes
+    )
 }
 
 /// `memory_viz`-like segment summary.

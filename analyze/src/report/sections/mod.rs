@@ -3,9 +3,9 @@
 //! pass; top non-GEMM kernel), `gemm` (GEMM fraction of inference against training, kernel
 //! classes), `attention` (softmax against matmul), `gpu_time` (where GPU time goes: compute,
 //! communication, memcpy, idle, per run and per device), `memory` (peak memory, forward against
-//! training and fp32 against autocast) and [`bench`] (bench results). Each section is tables
-//! ([`Table`]) and charts; nothing here computes a figure that the single-file analyses do not
-//! already give.
+//! training and fp32 against autocast; memory by module) and [`bench`] (bench results). Each
+//! section is tables ([`Table`]) and charts; nothing here computes a figure that the single-file
+//! analyses do not already give.
 //!
 //! Matrices (`matrix`) put the model size down the side and the context length (by mode)
 //! across; a run whose label lacks a model, context length or mode appears in the per-run tables
@@ -41,6 +41,7 @@ pub fn build(inputs: &Inputs) -> Report {
     }
     if !inputs.snapshots.is_empty() {
         sections.push(memory::memory_section(inputs, &mut charts));
+        sections.push(memory::modules_section(inputs, &mut charts));
     }
     sections.extend(bench::bench_section(inputs));
     sections.extend(runs::skipped_section(inputs));
