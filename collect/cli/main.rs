@@ -168,9 +168,10 @@ struct BenchArgs {
     #[arg(long, default_value = "overlapped")]
     optimizer: String,
     /// With the overlapped optimizer: SMs left to it while the backward's GEMMs run beside its
-    /// updates (cuBLAS plans them for the others); 0 lets the GEMMs plan for every SM.
-    #[arg(long, default_value_t = 0)]
-    optimizer_sms: u32,
+    /// updates (cuBLAS plans them for the others); 0 lets the GEMMs plan for every SM. Default:
+    /// 16 in bf16 runs, 0 in fp32 runs.
+    #[arg(long)]
+    optimizer_sms: Option<u32>,
 }
 
 /// One configuration of the model, as `plan` and `numerics` take it.

@@ -111,7 +111,7 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
     let Some(rt) = runtime() else { return };
     let after = StepOptions {
         optimizer: OptimizerSchedule::AfterBackward,
-        optimizer_sms: 0,
+        ..StepOptions::default()
     };
     for run in [
         tiny(Mode::Train, Precision::Fp32),
@@ -128,7 +128,7 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
         for &sms in sms_tried {
             let options = StepOptions {
                 optimizer: OptimizerSchedule::Overlapped,
-                optimizer_sms: sms,
+                optimizer_sms: Some(sms),
             };
             let (got, losses) = train(&rt, &run, options, 10);
             let what = format!(

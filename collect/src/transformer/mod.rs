@@ -42,7 +42,9 @@ mod linear;
 mod optimizer;
 
 pub use forward::Forward;
-pub use optimizer::{AdamW, OptimizerSchedule, StepOptions};
+pub use optimizer::{
+    default_optimizer_sms, AdamW, OptimizerSchedule, StepOptions, BF16_OPTIMIZER_SMS,
+};
 
 use crate::error::Result;
 use crate::gpu::blas::Mat;
