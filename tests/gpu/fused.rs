@@ -129,6 +129,7 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
             let options = StepOptions {
                 optimizer: OptimizerSchedule::Overlapped,
                 optimizer_sms: Some(sms),
+                ..StepOptions::default()
             };
             let (got, losses) = train(&rt, &run, options, 10);
             let what = format!(

@@ -3,8 +3,9 @@
 //! loss, one AdamW step against its formula, and training lowering the loss; the attention core
 //! alone, naive and FlashAttention-2, against the reference ([`attention`]); the model with
 //! FlashAttention against the naive model ([`flash_model`]); activation checkpointing against
-//! the same step without it, bit for bit ([`checkpoint`]). `precision` holds the mixed-precision
-//! experiments' kernels against their CPU emulation.
+//! the same step without it, bit for bit ([`checkpoint`]); the step replayed from CUDA graphs
+//! against the eager step, bit for bit, with its ranges and trace ([`graphs`]). `precision` holds
+//! the mixed-precision experiments' kernels against their CPU emulation.
 //!
 //! Where the build finds no NVIDIA driver (build.rs sets `no_gpu`), `cargo test` lists every
 //! test here as ignored, with the reason. A test that runs and still finds no CUDA device (or
@@ -20,6 +21,7 @@ mod attention;
 mod checkpoint;
 mod flash_model;
 mod fused;
+mod graphs;
 mod precision;
 
 use collect::gpu::device_memory::{Buffer, DType};
