@@ -9,6 +9,10 @@
 //! The calls go to NVIDIA's header-only NVTX3 (compiled by `build.rs`): with no tool attached a
 //! push or pop is a branch; under `nsys` or CUPTI the injected tool records them. This module
 //! does not time anything on the GPU and records nothing itself.
+//!
+//! While a step is captured into CUDA graphs, a [`RangeDiversion`] takes the thread's ranges
+//! instead: nothing is opened then (no GPU work runs during a capture), and the capture notes
+//! where each range opens and closes, to open it there when the graphs replay.
 
 use std::cell::RefCell;
 use std::ffi::CString;
@@ -62,8 +66,21 @@ impl RangeListener for Fanout {
     }
 }
 
+/// Takes every push and pop of this thread's ranges in place of NVTX and the listener.
+pub trait RangeDiversion {
+    fn push(&mut self, name: &str);
+    fn pop(&mut self);
+}
+
 thread_local! {
     static LISTENER: RefCell<Option<Box<dyn RangeListener>>> = const { RefCell::new(None) };
+    static DIVERSION: RefCell<Option<Box<dyn RangeDiversion>>> = const { RefCell::new(None) };
+}
+
+/// Install (or, with `None`, remove) the diversion of this thread's ranges; returns the old one.
+/// A range opened while one is installed closes into it, if it is still installed then.
+pub fn set_diversion(d: Option<Box<dyn RangeDiversion>>) -> Option<Box<dyn RangeDiversion>> {
+    DIVERSION.with(|r| std::mem::replace(&mut *r.borrow_mut(), d))
 }
 
 /// Install (or, with `None`, remove) the listener of this thread's ranges; returns the old one.
@@ -74,11 +91,26 @@ pub fn set_listener(listener: Option<Box<dyn RangeListener>>) -> Option<Box<dyn 
 /// An open range; it closes when dropped.
 #[must_use = "a range closes when this guard is dropped"]
 pub struct Range {
+    /// Opened into a [`RangeDiversion`], not NVTX.
+    diverted: bool,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 /// Open a thread-local NVTX range named `name` (push/pop semantics, nested as called).
 pub fn range(name: &str) -> Range {
+    let diverted = DIVERSION.with(|d| match d.borrow_mut().as_mut() {
+        Some(d) => {
+            d.push(name);
+            true
+        }
+        None => false,
+    });
+    if diverted {
+        return Range {
+            diverted,
+            _not_send: std::marker::PhantomData,
+        };
+    }
     // Names are ours and never hold NUL; fall back to a lossy copy rather than fail.
     let c = CString::new(name)
         .unwrap_or_else(|_| CString::new(name.replace('\0', " ")).expect("NULs were replaced"));
@@ -92,12 +124,21 @@ pub fn range(name: &str) -> Range {
         }
     });
     Range {
+        diverted,
         _not_send: std::marker::PhantomData,
     }
 }
 
 impl Drop for Range {
     fn drop(&mut self) {
+        if self.diverted {
+            DIVERSION.with(|d| {
+                if let Some(d) = d.borrow_mut().as_mut() {
+                    d.pop();
+                }
+            });
+            return;
+        }
         // SAFETY: pops the range this guard pushed on this thread.
         unsafe {
             collect_nvtx_range_pop();
@@ -137,5 +178,37 @@ mod tests {
         set_listener(None);
         let _ignored = range(FORWARD);
         assert_eq!(*log.borrow(), ["+measurement", "+step_0", "-", "-"]);
+    }
+
+    struct Diverted(Rc<RefCell<Vec<String>>>);
+
+    impl RangeDiversion for Diverted {
+        fn push(&mut self, name: &str) {
+            self.0.borrow_mut().push(format!("+{name}"));
+        }
+        fn pop(&mut self) {
+            self.0.borrow_mut().push("-".into());
+        }
+    }
+
+    #[test]
+    fn a_diversion_takes_the_ranges_from_the_listener() {
+        let (log, diverted) = (
+            Rc::new(RefCell::new(Vec::new())),
+            Rc::new(RefCell::new(Vec::new())),
+        );
+        set_listener(Some(Box::new(Log(log.clone()))));
+        {
+            let _m = range(MEASUREMENT);
+            set_diversion(Some(Box::new(Diverted(diverted.clone()))));
+            {
+                let _f = range(FORWARD);
+            }
+            let _b = range(BACKWARD);
+            set_diversion(None);
+        }
+        set_listener(None);
+        assert_eq!(*log.borrow(), ["+measurement", "-"]);
+        assert_eq!(*diverted.borrow(), ["+forward", "-", "+backward"]);
     }
 }

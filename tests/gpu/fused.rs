@@ -2,13 +2,14 @@
 //! block's update on the optimizer's stream beside the backward, writing the bf16 weight copy)
 //! against one update after the backward over 10 training steps, in fp32 and bf16; and each new
 //! kernel against its reference: the range update against the whole-buffer update and the cast,
-//! the one-pass norm backward against the two passes, the 16-byte SwiGLU, RoPE and head moves
+//! the fused norm backward against the two launches it replaces and an f64 computation (and
+//! against itself: the same bits at every launch), the 16-byte SwiGLU, RoPE and head moves
 //! against a CPU computation, cuBLASLt's `D = A B + C` against cuBLAS's copy-then-add. Skipped,
 //! with a message, where there is no device.
 
 use collect::gpu::blas::{Gemm, Mat};
 use collect::gpu::device_memory::{Buffer, DType};
-use collect::gpu::ops::{norm_bwd_parts, AdamWStep, AttnShape, Runtime};
+use collect::gpu::ops::{norm_bwd_scratch_rows, AdamWStep, AttnShape, Runtime};
 use collect::transformer::config::{Attention, Mode, ModelConfig, Precision, RunConfig};
 use collect::transformer::params::ParamLayout;
 use collect::transformer::{Model, OptimizerSchedule, StepOptions};
@@ -110,7 +111,7 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
     let Some(rt) = runtime() else { return };
     let after = StepOptions {
         optimizer: OptimizerSchedule::AfterBackward,
-        optimizer_sms: 0,
+        ..StepOptions::default()
     };
     for run in [
         tiny(Mode::Train, Precision::Fp32),
@@ -127,7 +128,8 @@ fn overlapped_adamw_gives_the_parameters_of_the_update_after_the_backward() {
         for &sms in sms_tried {
             let options = StepOptions {
                 optimizer: OptimizerSchedule::Overlapped,
-                optimizer_sms: sms,
+                optimizer_sms: Some(sms),
+                ..StepOptions::default()
             };
             let (got, losses) = train(&rt, &run, options, 10);
             let what = format!(
@@ -213,29 +215,31 @@ fn the_range_update_is_the_whole_buffer_update_and_its_cast() {
     no_gpu,
     ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
 )]
-fn the_one_pass_norm_backward_equals_the_two_passes() {
+fn the_fused_norm_backward_equals_the_two_launches_and_the_reference() {
     let Some(rt) = runtime() else { return };
-    for (rows, d) in [(1, 64), (7, 1000), (300, 768), (1024, 2560), (513, 4096)] {
+    // Each width of the kernel (4, 8 and 16 columns a thread), one block to 256 blocks, groups
+    // of blocks full and not.
+    for (rows, d) in [
+        (1, 64),
+        (7, 1000),
+        (300, 768),
+        (200, 1280),
+        (1024, 2560),
+        (513, 4096),
+        (5000, 512),
+    ] {
         let n = rows * d;
-        let dy = up(&rt, &splitmix_values(n, 10));
-        let x = up(&rt, &splitmix_values(n, 11));
-        let w = up(
-            &rt,
-            &splitmix_values(d, 12)
-                .iter()
-                .map(|v| 1.0 + 0.5 * v)
-                .collect::<Vec<_>>(),
-        );
-        let rstd = up(
-            &rt,
-            &splitmix_values(rows, 13)
-                .iter()
-                .map(|v| 1.5 + v)
-                .collect::<Vec<_>>(),
-        );
+        let (dy0, x0) = (splitmix_values(n, 10), splitmix_values(n, 11));
+        let w0: Vec<f32> = splitmix_values(d, 12)
+            .iter()
+            .map(|v| 1.0 + 0.5 * v)
+            .collect();
+        let rstd0: Vec<f32> = splitmix_values(rows, 13).iter().map(|v| 1.5 + v).collect();
+        let (dy, x, w, rstd) = (up(&rt, &dy0), up(&rt, &x0), up(&rt, &w0), up(&rt, &rstd0));
         let dres0 = splitmix_values(n, 14);
         for with_res in [false, true] {
             let (dx1, dx2) = (up(&rt, &dres0), up(&rt, &dres0));
+            let dres = up(&rt, &dres0);
             let res = |b: &Buffer| if with_res { b.ptr() } else { 0 };
             let (b1, b2) = (zeros(&rt, DType::Bf16, n), zeros(&rt, DType::Bf16, n));
             let (dw1, dw2) = (zeros(&rt, DType::F32, d), zeros(&rt, DType::F32, d));
@@ -253,22 +257,35 @@ fn the_one_pass_norm_backward_equals_the_two_passes() {
             .unwrap();
             rt.rmsnorm_dw(dy.ptr(), x.ptr(), rstd.ptr(), dw1.ptr(), rows, d)
                 .unwrap();
-            let parts = zeros(&rt, DType::F32, norm_bwd_parts(rows).1 * d);
-            rt.rmsnorm_bwd_fused(
-                dy.ptr(),
-                x.ptr(),
-                w.ptr(),
-                rstd.ptr(),
-                res(&dx2),
-                dx2.ptr(),
-                b2.ptr(),
-                dw2.ptr(),
-                parts.ptr(),
-                rows,
-                d,
-            )
-            .unwrap();
+            let parts = up(&rt, &vec![f32::NAN; norm_bwd_scratch_rows(rows) * d]);
+            // Three launches on the same tickets: each must find them zero again, and each
+            // gives the same bits whichever blocks finish last.
+            let mut dws = Vec::new();
+            for _ in 0..3 {
+                rt.gpu.copy(dx2.ptr(), dres.ptr(), n * 4).unwrap();
+                rt.gpu.memset_zero(dw2.ptr(), d * 4).unwrap();
+                rt.rmsnorm_bwd_fused(
+                    dy.ptr(),
+                    x.ptr(),
+                    w.ptr(),
+                    rstd.ptr(),
+                    res(&dx2),
+                    dx2.ptr(),
+                    b2.ptr(),
+                    dw2.ptr(),
+                    parts.ptr(),
+                    rows,
+                    d,
+                )
+                .unwrap();
+                dws.push(down(&rt, &dw2));
+            }
             let what = format!("rows {rows} d {d} residual {with_res}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                dws.iter().all(|v| bits(v) == bits(&dws[0])),
+                "{what}: dw differs between launches"
+            );
             // dx: the same sums in the same order (equal but for a contraction the compiler
             // might make differently).
             let err = rel(&down(&rt, &dx2), &down(&rt, &dx1));
@@ -284,8 +301,31 @@ fn the_one_pass_norm_backward_equals_the_two_passes() {
                 .map(|&v| from_bf16(to_bf16(v)))
                 .collect();
             assert_eq!(bf, rounded, "{what}: the bf16 copy is dx rounded");
-            let err = rel(&down(&rt, &dw2), &down(&rt, &dw1));
-            assert!(err < 1e-5, "{what}: dw differs by {err:e}");
+            let err = rel(&dws[0], &down(&rt, &dw1));
+            assert!(
+                err < 1e-5,
+                "{what}: dw differs from the two launches by {err:e}"
+            );
+            // Both against f64.
+            let mut want_dw = vec![0f64; d];
+            let mut want_dx = vec![0f64; n];
+            for (r, &rs) in rstd0.iter().enumerate() {
+                let (row, rs) = (r * d, rs as f64);
+                let dot: f64 = (0..d)
+                    .map(|j| dy0[row + j] as f64 * w0[j] as f64 * x0[row + j] as f64)
+                    .sum();
+                let c = rs * rs * rs * dot / d as f64;
+                for j in 0..d {
+                    let (g, xv) = (dy0[row + j] as f64, x0[row + j] as f64);
+                    let res = if with_res { dres0[row + j] as f64 } else { 0.0 };
+                    want_dx[row + j] = g * w0[j] as f64 * rs - xv * c + res;
+                    want_dw[j] += g * xv * rs;
+                }
+            }
+            let err = crate::rel_max(&dws[0], &want_dw);
+            assert!(err < 1e-5, "{what}: dw differs from f64 by {err:e}");
+            let err = crate::rel_max(&down(&rt, &dx2), &want_dx);
+            assert!(err < 1e-5, "{what}: dx differs from f64 by {err:e}");
         }
     }
 }

@@ -3,8 +3,9 @@
 //! loss, one AdamW step against its formula, and training lowering the loss; the attention core
 //! alone, naive and FlashAttention-2, against the reference ([`attention`]); the model with
 //! FlashAttention against the naive model ([`flash_model`]); activation checkpointing against
-//! the same step without it, bit for bit ([`checkpoint`]). `precision` holds the mixed-precision
-//! experiments' kernels against their CPU emulation.
+//! the same step without it, bit for bit ([`checkpoint`]); the step replayed from CUDA graphs
+//! against the eager step, bit for bit, with its ranges and trace ([`graphs`]). `precision` holds
+//! the mixed-precision experiments' kernels against their CPU emulation.
 //!
 //! Where the build finds no NVIDIA driver (build.rs sets `no_gpu`), `cargo test` lists every
 //! test here as ignored, with the reason. A test that runs and still finds no CUDA device (or
@@ -20,6 +21,7 @@ mod attention;
 mod checkpoint;
 mod flash_model;
 mod fused;
+mod graphs;
 mod precision;
 
 use collect::gpu::device_memory::{Buffer, DType};
@@ -405,8 +407,8 @@ fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
 /// Kernels of ours one fp32 training step of [`tiny`] launches, for `layers` blocks (from
 /// `Model::step`; GEMMs are cuBLAS's and vary in count with its heuristics). Heads of 16 take
 /// the 16-byte RoPE and head moves; d_ff 172 the one-element SwiGLU; the blocks' norms the
-/// one-pass backward, the final norm's the two passes; one AdamW update per block and for the
-/// head and for the embedding, on the optimizer's stream.
+/// fused backward (one launch), the final norm's two launches; one AdamW update per block and
+/// for the head and for the embedding, on the optimizer's stream.
 fn our_kernels_per_train_step(layers: i64) -> std::collections::BTreeMap<&'static str, i64> {
     let l = layers;
     [
@@ -420,8 +422,7 @@ fn our_kernels_per_train_step(layers: i64) -> std::collections::BTreeMap<&'stati
         ("mean_f32", 1),
         ("rmsnorm_bwd", 1),
         ("rmsnorm_dw", 1),
-        ("rmsnorm_bwd_dw_part", 2 * l),
-        ("rmsnorm_dw_reduce", 2 * l),
+        ("rmsnorm_bwd_fused_v1", 2 * l),
         ("swiglu_bwd_f32", l),
         ("tokens_to_heads_vec_f32", l),
         ("softmax_causal_bwd_f32", l),

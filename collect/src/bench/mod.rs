@@ -354,6 +354,13 @@ pub fn run_one_with(
             "a memory snapshot needs the caching allocator".to_owned(),
         ));
     }
+    if rec.memory_snapshot.is_some() && step.cuda_graph {
+        return Err(crate::Error::InvalidConfig(
+            "a memory snapshot records allocations, which a step replayed from CUDA graphs makes \
+             none of"
+                .to_owned(),
+        ));
+    }
     let mut guard = RecordingGuard {
         old_listener: None,
         old_frames: None,
@@ -419,7 +426,9 @@ pub fn run_one_with(
         let _r = range(nvtx::MEASUREMENT);
         for i in 0..steps {
             let last = i + 1 == steps;
-            if let (true, Some(c)) = (last, &caching) {
+            // A step replayed from graphs allocates nothing: the peak stays the whole run's,
+            // its capture included.
+            if let (true, false, Some(c)) = (last, step.cuda_graph, &caching) {
                 // PyTorch's recipe: after warming up, reset the peak, then record one step.
                 let mut a = c.borrow_mut();
                 a.reset_peak_stats();

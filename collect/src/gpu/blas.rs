@@ -139,6 +139,11 @@ impl Blas {
         })
     }
 
+    /// The SMs products are planned for now (0: the whole device).
+    pub fn sm_count_target(&self) -> u32 {
+        self.sm_target.get()
+    }
+
     fn compute_type(&self, operands: DType) -> cb::cublasComputeType_t {
         if operands == DType::F32 && self.tf32.get() {
             cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32

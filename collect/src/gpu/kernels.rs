@@ -33,10 +33,11 @@ const HEADERS: [(&str, &str); 3] = [
 ];
 
 /// (file name, source) of every kernel file.
-pub const SOURCES: [(&str, &str); 12] = [
+pub const SOURCES: [(&str, &str); 13] = [
     ("init.cu", kernel_source!("init.cu")),
     ("embedding.cu", kernel_source!("embedding.cu")),
     ("rmsnorm.cu", kernel_source!("rmsnorm.cu")),
+    ("rmsnorm_bwd.cu", kernel_source!("rmsnorm_bwd.cu")),
     ("attention.cu", kernel_source!("attention.cu")),
     ("swiglu.cu", kernel_source!("swiglu.cu")),
     ("loss.cu", kernel_source!("loss.cu")),
@@ -278,8 +279,8 @@ mod tests {
             "cross_entropy_f32",
             "adamw_x4",
             "adamw_range_x4",
-            "rmsnorm_bwd_dw_part",
-            "rmsnorm_dw_reduce",
+            "rmsnorm_bwd_fused_v1",
+            "rmsnorm_bwd_fused_v4",
             "swiglu_fwd_vec_bf16",
             "swiglu_bwd_vec_f32",
             "rope_fwd_vec_bf16",

@@ -3,6 +3,7 @@
 //! shape. Together with [`Runtime`] (the GPU, the loaded kernels and cuBLAS) this is the whole
 //! interface the model uses to reach the device. No allocation here: callers pass buffers.
 
+use cudarc::driver::result as cu;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use crate::error::{CudaContext as _, Result};
@@ -14,11 +15,12 @@ use crate::gpu::kernels::Kernels;
 
 /// The GPU with our kernels and a cuBLAS handle: what a model runs on. One per process.
 ///
-/// Fields drop in declaration order: the cuBLAS handle (and its workspace) and the modules must
-/// go while the stream and context they belong to are still alive.
+/// Fields drop in declaration order: the cuBLAS handle (and its workspace), the modules and the
+/// counters must go while the stream and context they belong to are still alive.
 pub struct Runtime {
     pub blas: Blas,
     pub kernels: Kernels,
+    pub counters: KernelCounters,
     pub gpu: Gpu,
 }
 
@@ -33,21 +35,78 @@ impl Runtime {
         let gpu = Gpu::open_with(allocator)?;
         let kernels = Kernels::load(&gpu.ctx)?;
         let blas = Blas::new(&gpu)?;
-        Ok(Runtime { blas, kernels, gpu })
+        let counters = KernelCounters::new(&gpu)?;
+        Ok(Runtime {
+            blas,
+            kernels,
+            counters,
+            gpu,
+        })
+    }
+}
+
+/// Counters our kernels keep between launches, zero between them (the fused norm backward's
+/// tickets). [`COUNTERS_BYTES`] taken from the driver directly, outside the device-memory layer:
+/// neither cuBLAS's workspace nor the memory a run counts (and its plan) changes for them.
+pub struct KernelCounters {
+    ptr: u64,
+}
+
+/// Bytes of [`KernelCounters`].
+pub const COUNTERS_BYTES: usize = 256;
+
+impl KernelCounters {
+    fn new(gpu: &Gpu) -> Result<KernelCounters> {
+        gpu.ctx.bind_to_thread().during("cuCtxSetCurrent")?;
+        // SAFETY: a plain allocation, owned by the returned value and zeroed before it is used.
+        let ptr = unsafe { cu::malloc_sync(COUNTERS_BYTES) }.during("cuMemAlloc")?;
+        let counters = KernelCounters { ptr };
+        // SAFETY: `ptr` holds COUNTERS_BYTES bytes; no work on the device uses it yet.
+        unsafe { cu::memset_d8_sync(ptr, 0, COUNTERS_BYTES) }.during("cuMemsetD8")?;
+        // The memset runs on the legacy stream: done before our streams use the counters.
+        gpu.ctx.synchronize().during("cuCtxSynchronize")?;
+        Ok(counters)
+    }
+
+    /// The first counter's address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for KernelCounters {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once; cuMemFree waits for the work that uses it. A
+        // failure means the context is gone, and the memory with it.
+        let _ = unsafe { cu::free_sync(self.ptr) };
     }
 }
 
 const THREADS: u32 = 256;
 
-/// The widest row the one-pass norm backward (`rmsnorm_bwd_dw_part`) takes: 256 threads of 16
-/// columns each.
+/// The widest row the fused norm backward (`rmsnorm_bwd_fused_v*`) takes: 256 threads of at
+/// most 4 float4 columns each.
 pub const NORM_BWD_MAX_D: usize = 4096;
 
-/// How the one-pass norm backward splits `rows` rows: (rows per block, blocks), at most 256
-/// blocks, each leaving one row of partial sums of the gain's gradient.
-pub fn norm_bwd_parts(rows: usize) -> (usize, usize) {
-    let per_block = rows.div_ceil(256).max(1);
+/// The most blocks the fused norm backward launches.
+const NORM_BWD_MAX_BLOCKS: usize = 256;
+
+/// Whether the fused norm backward takes rows of `d`: at most [`NORM_BWD_MAX_D`], a multiple
+/// of 4 (it moves 16 bytes at a time).
+pub fn norm_bwd_fused_takes(d: usize) -> bool {
+    d <= NORM_BWD_MAX_D && d.is_multiple_of(4)
+}
+
+/// How the fused norm backward splits `rows` rows: (rows per block, blocks).
+fn norm_bwd_grid(rows: usize) -> (usize, usize) {
+    let per_block = rows.div_ceil(NORM_BWD_MAX_BLOCKS).max(1);
     (per_block, rows.div_ceil(per_block))
+}
+
+/// Rows of `d` fp32 sums the fused norm backward over `rows` rows needs as scratch: one per
+/// block.
+pub fn norm_bwd_scratch_rows(rows: usize) -> usize {
+    norm_bwd_grid(rows).1
 }
 
 /// Blocks of [`THREADS`] threads for one warp per row over `rows` rows.
@@ -228,10 +287,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// [`Runtime::rmsnorm_bwd`] and [`Runtime::rmsnorm_dw`] in one pass over `dy` and `x`
-    /// (`d` at most [`NORM_BWD_MAX_D`]): each block's partial sums of the gain's gradient go to
-    /// `parts` (`norm_bwd_parts(rows).1` rows of `d`), then one small kernel adds them into
-    /// `dw`.
+    /// [`Runtime::rmsnorm_bwd`] and [`Runtime::rmsnorm_dw`] in one launch, one pass over `dy`
+    /// and `x` (rows `d` wide that [`norm_bwd_fused_takes`]): the blocks' sums of the gain's
+    /// gradient go to `parts` ([`norm_bwd_scratch_rows`] rows of `d`) and the last blocks to
+    /// finish add them into `dw`, in an order that does not depend on which they are. Its two
+    /// ticket counters are the first of the runtime's [`KernelCounters`].
     #[allow(clippy::too_many_arguments)]
     pub fn rmsnorm_bwd_fused(
         &self,
@@ -247,12 +307,12 @@ impl Runtime {
         rows: usize,
         d: usize,
     ) -> Result<()> {
-        debug_assert!(d <= NORM_BWD_MAX_D);
-        let (per_block, blocks) = norm_bwd_parts(rows);
-        launch!(self, "rmsnorm_bwd_dw_part", (blocks as u32, 1, 1), (THREADS, 1, 1);
-            dy, x, w, rstd, dres, dx, dx_bf16, parts, rows as i32, per_block as i32, d as i32);
-        launch!(self, "rmsnorm_dw_reduce", (d.div_ceil(32) as u32, 1, 1), (32, 16, 1);
-            parts, dw, blocks as i32, d as i32);
+        debug_assert!(norm_bwd_fused_takes(d));
+        let (per_block, blocks) = norm_bwd_grid(rows);
+        let v = d.div_ceil(4 * THREADS as usize).max(1);
+        launch!(self, format!("rmsnorm_bwd_fused_v{v}"), (blocks as u32, 1, 1), (THREADS, 1, 1);
+            dy, x, w, rstd, dres, dx, dx_bf16, dw, parts, self.counters.ptr(), rows as i32,
+            per_block as i32, d as i32);
         Ok(())
     }
 

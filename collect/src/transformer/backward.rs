@@ -20,7 +20,7 @@ use super::Model;
 use crate::error::Result;
 use crate::gpu::blas::Mat;
 use crate::gpu::device_memory::{Buffer, DType};
-use crate::gpu::ops::{norm_bwd_parts, NORM_BWD_MAX_D};
+use crate::gpu::ops::{norm_bwd_fused_takes, norm_bwd_scratch_rows};
 use crate::memory::frames as memory_frames;
 
 /// The gradient of the residual stream, `[B*T, d_model]`: fp32, and its bf16 copy in a bf16
@@ -235,9 +235,9 @@ impl Model<'_> {
     /// The backward of `y = rmsnorm(x) * gain` (`gain` the offset of the gain vector) given `dy`
     /// (fp32): the input's gradient into `grad` (added to what it holds with `accumulate`, the
     /// residual's own gradient; its bf16 copy refreshed), then the gain's gradient. Given
-    /// `scratch`, a buffer that has served and is about to be freed, in one pass over `dy` and
-    /// `x`, the blocks' partial sums of the gain's gradient in `scratch`, where the rows are
-    /// narrow enough and `scratch` large enough; in two passes otherwise.
+    /// `scratch`, a buffer that has served and is about to be freed, both in one launch, one pass
+    /// over `dy` and `x`, the blocks' partial sums of the gain's gradient in `scratch`, where the
+    /// rows are narrow enough and `scratch` large enough; in two launches otherwise.
     #[allow(clippy::too_many_arguments)]
     fn norm_backward(
         &self,
@@ -255,8 +255,8 @@ impl Model<'_> {
         let (w, dw) = (self.params.at(gain), self.grad(gain).ptr);
         let (dx, dx_bf16) = (grad.dx.ptr(), grad.bf16_ptr());
         let residual = if accumulate { dx } else { 0 };
-        let parts =
-            scratch.filter(|s| d <= NORM_BWD_MAX_D && norm_bwd_parts(bt).1 * d * 4 <= s.bytes());
+        let parts = scratch
+            .filter(|s| norm_bwd_fused_takes(d) && norm_bwd_scratch_rows(bt) * d * 4 <= s.bytes());
         if let Some(parts) = parts {
             return self.rt.rmsnorm_bwd_fused(
                 dy,

@@ -242,16 +242,21 @@ impl Model<'_> {
 
     /// Block `li`'s activations for its backward: those the forward kept, or, when it kept only
     /// the block's input, the block's forward run again from it inside the NVTX range
-    /// `recompute`. The same kernels run in the same order on the same input and weights, so
-    /// every tensor is bit for bit the one the forward computed. The block's output, which the
-    /// backward does not need, is freed at once.
+    /// `recompute`. The same kernels run in the same order on the same input and weights, with
+    /// the GEMMs planned for the whole device as in the forward (not for the SMs the overlapped
+    /// optimizer leaves them), so every tensor is bit for bit the one the forward computed. The
+    /// block's output, which the backward does not need, is freed at once.
     pub(super) fn block_saved(&self, li: usize, kept: BlockKept) -> Result<LayerSaved> {
         let mut x = match kept {
             BlockKept::All(s) => return Ok(s),
             BlockKept::Input(x_in) => x_in,
         };
         let _r = range(nvtx::RECOMPUTE);
-        match self.block_forward(li, self.layout.layers[li], &mut x, Keep::All)? {
+        let narrowed = self.rt.blas.sm_count_target();
+        self.rt.blas.set_sm_count_target(0)?;
+        let again = self.block_forward(li, self.layout.layers[li], &mut x, Keep::All);
+        self.rt.blas.set_sm_count_target(narrowed)?;
+        match again? {
             Some(BlockKept::All(s)) => Ok(s),
             _ => unreachable!("a block kept whole returns its activations"),
         }

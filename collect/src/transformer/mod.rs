@@ -26,7 +26,8 @@
 //! core of a block, forward and backward, naive or FlashAttention-2 as the run's
 //! [`config::Attention`] says; the attention benchmark calls it too), `backward` (loss gradient to
 //! the embedding, through `linear`'s and the norm's backward helpers) and `optimizer` (AdamW, by
-//! default each block's update beside the rest of the backward on a second stream).
+//! default each block's update beside the rest of the backward on a second stream); `graph`
+//! captures the whole step into CUDA graphs and replays it ([`StepOptions::cuda_graph`]).
 //! [`config`], [`params`], [`plan`] and [`reference`](mod@reference) need no GPU.
 
 pub mod attention;
@@ -38,11 +39,17 @@ pub mod reference;
 
 mod backward;
 mod forward;
+mod graph;
 mod linear;
 mod optimizer;
 
 pub use forward::Forward;
-pub use optimizer::{AdamW, OptimizerSchedule, StepOptions};
+pub use optimizer::{
+    default_optimizer_sms, AdamW, OptimizerSchedule, StepOptions, BF16_OPTIMIZER_SMS,
+};
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use crate::error::Result;
 use crate::gpu::blas::Mat;
@@ -117,6 +124,13 @@ pub struct Model<'r> {
     row_loss: Buffer,
     loss: Buffer,
     steps: u64,
+    /// The step's capture while it is captured into CUDA graphs ([`graph`]).
+    capture: Option<Rc<RefCell<graph::Capture>>>,
+    /// The captured step, replayed while the options ask for CUDA graphs.
+    graphs: Option<graph::StepGraphs>,
+    /// The options of the last step when it ran under CUDA graph options (eagerly or not) and
+    /// nothing was replaced since: the next step under them may be captured.
+    graph_warm: Option<StepOptions>,
 }
 
 impl<'r> Model<'r> {
@@ -198,6 +212,9 @@ impl<'r> Model<'r> {
             row_loss,
             loss,
             steps: 0,
+            capture: None,
+            graphs: None,
+            graph_warm: None,
         })
     }
 
@@ -282,6 +299,7 @@ impl<'r> Model<'r> {
         }
         self.tokens = self.rt.gpu.upload(DType::I32, tokens)?;
         self.targets = self.rt.gpu.upload(DType::I32, targets)?;
+        self.drop_graphs();
         Ok(())
     }
 
@@ -289,7 +307,17 @@ impl<'r> Model<'r> {
     /// ranges (the loss is computed inside `backward`, as the reference script does). With the
     /// overlapped optimizer the backward's range is cut by one `optimizer` range per update
     /// launched beside it, and the step ends with the main stream waiting for the optimizer's.
+    /// With [`StepOptions::cuda_graph`], the same step replayed from CUDA graphs ([`graph`]).
     pub fn step(&mut self) -> Result<()> {
+        if self.options.cuda_graph {
+            return self.graph_step();
+        }
+        self.graph_warm = None;
+        self.eager_step()
+    }
+
+    /// The step, kernel by kernel (or captured, while a capture is on).
+    fn eager_step(&mut self) -> Result<()> {
         let fwd = {
             let _r = range(nvtx::FORWARD);
             self.forward(self.run.mode.backward())?
@@ -346,6 +374,7 @@ impl<'r> Model<'r> {
         let fresh = self.rt.gpu.upload(DType::F32, flat)?;
         self.params = fresh;
         self.bf16_current = false;
+        self.drop_graphs();
         Ok(())
     }
 
