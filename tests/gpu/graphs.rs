@@ -10,7 +10,7 @@ use collect::transformer::config::{Attention, Mode, Precision, RunConfig};
 use collect::transformer::{Model, OptimizerSchedule, StepOptions};
 use collect::Error;
 
-use crate::{our_kernels_per_train_step, tiny, Names};
+use crate::{assert_kernels_per_step, tiny, Names};
 
 fn caching_runtime() -> Option<Runtime> {
     match Runtime::open_with(AllocatorKind::Caching) {
@@ -156,26 +156,7 @@ fn a_graphed_run_opens_the_eager_ranges_and_traces_each_steps_kernels() {
 
     // Each timed step's kernels, attributed by their launch call (a graph launch) inside step_N.
     let db = rusqlite::Connection::open(dir.path().join("run.sqlite")).unwrap();
-    let expected = our_kernels_per_train_step(run.model.layers as i64);
-    for step in ["step_0", "step_1"] {
-        let mut st = db
-            .prepare(
-                "SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
-                 JOIN StringIds s ON s.id = k.demangledName \
-                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId \
-                 JOIN NVTX_EVENTS n ON n.text = ?1 AND r.start BETWEEN n.start AND n.end \
-                 AND r.globalTid = n.globalTid GROUP BY s.value",
-            )
-            .unwrap();
-        let got: std::collections::BTreeMap<String, i64> = st
-            .query_map([step], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        for (name, n) in &expected {
-            assert_eq!(got.get(*name), Some(n), "{step}: {name} in {got:?}");
-        }
-    }
+    assert_kernels_per_step(&db, run.model.layers as i64);
     // The phases: every kernel of the forward inside a `forward` range, by its launch call.
     let forward: i64 = db
         .query_row(

@@ -404,6 +404,31 @@ fn a_bench_run_opens_the_reference_ranges_and_peaks_where_planned() {
     assert!(m.event.mean > 0.0 && m.host.mean >= m.event.mean * 0.5);
 }
 
+/// In each of `step_0` and `step_1` of a recorded trace, our kernels of a training step, each
+/// counted by its launch call's start inside the step's range on the launching thread.
+fn assert_kernels_per_step(db: &rusqlite::Connection, layers: i64) {
+    let expected = our_kernels_per_train_step(layers);
+    for step in ["step_0", "step_1"] {
+        let mut st = db
+            .prepare(
+                "SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
+                 JOIN StringIds s ON s.id = k.demangledName \
+                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId \
+                 JOIN NVTX_EVENTS n ON n.text = ?1 AND r.start BETWEEN n.start AND n.end \
+                 AND r.globalTid = n.globalTid GROUP BY s.value",
+            )
+            .unwrap();
+        let got: std::collections::BTreeMap<String, i64> = st
+            .query_map([step], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        for (name, n) in &expected {
+            assert_eq!(got.get(*name), Some(n), "{step}: {name} in {got:?}");
+        }
+    }
+}
+
 /// Kernels of ours one fp32 training step of [`tiny`] launches, for `layers` blocks (from
 /// `Model::step`; GEMMs are cuBLAS's and vary in count with its heuristics). Heads of 16 take
 /// the 16-byte RoPE and head moves; d_ff 172 the one-element SwiGLU; the blocks' norms the
@@ -486,26 +511,7 @@ fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() 
         .unwrap();
     assert_eq!(peak, a.max_allocated.to_string());
     // Our kernels per measured step, attributed by the launching call's start inside step_N.
-    let expected = our_kernels_per_train_step(run.model.layers as i64);
-    for step in ["step_0", "step_1"] {
-        let mut st = db
-            .prepare(
-                "SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k \
-                 JOIN StringIds s ON s.id = k.demangledName \
-                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId \
-                 JOIN NVTX_EVENTS n ON n.text = ?1 AND r.start BETWEEN n.start AND n.end \
-                 AND r.globalTid = n.globalTid GROUP BY s.value",
-            )
-            .unwrap();
-        let got: std::collections::BTreeMap<String, i64> = st
-            .query_map([step], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        for (name, n) in &expected {
-            assert_eq!(got.get(*name), Some(n), "{step}: {name} in {got:?}");
-        }
-    }
+    assert_kernels_per_step(&db, run.model.layers as i64);
     let snapshot = std::fs::read(dir.path().join("run.pickle")).unwrap();
     assert_eq!(&snapshot[..2], b"\x80\x04", "a protocol-4 pickle");
 }
