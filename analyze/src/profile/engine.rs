@@ -25,6 +25,7 @@ use crate::source::TraceSource;
 
 use super::breakdown::{Breakdown, GapWindow, HostActivity};
 use super::breakdown::{COMMUNICATION, KINDS};
+use super::claims::{hand_over, ClaimSink};
 use super::devices::{check_filters, graph_summary, profiles, GraphSummary, StepBreakdown};
 use super::operators::{runs_tf32, without_operators, ViewInputs};
 use super::plan::{
@@ -53,13 +54,14 @@ impl Filter {
 /// The profile of `source`, whose small tables (ranges, memory operations, graph executions) are
 /// `trace`, and how many kernels it has. With `strict`, a source without kernels, or whose GPU
 /// work the filters leave empty, is an error naming the file; else its profile is one of
-/// nothing.
+/// nothing. With a `sink`, every piece of work goes to it as the plan attributes it.
 pub(super) fn run<S: TraceSource>(
     source: &mut S,
     mut trace: Trace,
     classifier: &Classifier,
     opts: &ProfileOptions,
     strict: bool,
+    sink: Option<&dyn ClaimSink>,
 ) -> Result<(Profile, usize)> {
     let filter = Filter {
         device: opts.device,
@@ -112,8 +114,12 @@ pub(super) fn run<S: TraceSource>(
     let launches = LaunchIndex::build(chunks, bits);
 
     // The selections, from the ranges alone, and which instance of each claims a context.
-    let plan = Plan::new(&trace, opts, &ranges, &ctxs, operators);
+    let mut plan = Plan::new(&trace, opts, &ranges, &ctxs, operators);
     let by_op = plan.operators.is_some();
+    if let Some(sink) = sink {
+        plan.claims = true;
+        sink.begin(&plan.claim_names(&trace));
+    }
 
     // The kernels, then memory operations and graph executions.
     let classes = Classes {
@@ -143,12 +149,21 @@ pub(super) fn run<S: TraceSource>(
                 start: k.start,
                 end: k.end,
                 device: k.device,
+                stream: k.stream,
                 pid: k.pid,
                 corr: k.correlation_id,
                 what: What::Kernel(kid, class),
             },
         );
+        if let Some(sink) = sink {
+            hand_over(sink, &mut c.claims, &c.kids, &classes.texts, false);
+        }
     })?;
+    if let Some(sink) = sink {
+        for c in &mut chunks {
+            hand_over(sink, &mut c.claims, &c.kids, &classes.texts, true);
+        }
+    }
     drop(classes);
     source.check_bounds()?;
     let kernel_count: usize = chunks.iter().map(|c| c.kernels).sum();
@@ -161,31 +176,22 @@ pub(super) fn run<S: TraceSource>(
         .collect();
     let untraced = super::ranges::untraced(&trace.graph_execs, &traced);
     let mut rest = WorkChunk::default();
-    let mem_ops = (trace.mem_ops.iter()).map(|m| {
-        Work::of(
-            m.span.start,
-            m.span.end,
-            m.span.device,
-            m.span.pid,
-            m.span.correlation_id,
-            What::MemOp(m.kind),
-        )
-    });
+    let mem_ops = (trace.mem_ops.iter()).map(|m| Work::of(&m.span, What::MemOp(m.kind)));
     let graphs = (trace.graph_execs.iter().zip(&untraced))
         .filter(|(_, &untraced)| untraced)
-        .map(|(g, _)| {
-            let what = What::Graph(g.graph_id);
-            Work::of(
-                g.span.start,
-                g.span.end,
-                g.span.device,
-                g.span.pid,
-                g.span.correlation_id,
-                what,
-            )
-        });
+        .map(|(g, _)| Work::of(&g.span, What::Graph(g.graph_id)));
     for w in mem_ops.chain(graphs) {
         plan.work(&mut rest, &launches, w);
+    }
+    if let Some(sink) = sink {
+        // Memory operations and graphs name no kernel.
+        hand_over(
+            sink,
+            &mut rest.claims,
+            &[] as &[S::Names],
+            &source.texts(),
+            true,
+        );
     }
     chunks.push(rest);
 

@@ -13,7 +13,8 @@
 //!
 //! One engine computes all of it (`engine`): a [`crate::source::TraceSource`] (an nsys export
 //! streamed, or a loaded trace) pushes its API calls and GPU work through the profile's plan
-//! (`plan`: which step, phase and attention range claims each piece of work, summed there),
+//! (`plan`: which step, phase and attention range claims each piece of work, summed there, by
+//! the launch context of its call, `context`),
 //! and one sweep of each device's timeline (`sweep`) gives every breakdown and the idle gaps.
 //! [`profile_file`] reads a file, [`profile`] a trace already loaded; the [`Profile`]
 //! serialises to the JSON of `analyze profile --format json` and [`Profile::document`] lays it
@@ -23,6 +24,8 @@
 //! beside them, and the GPU projection includes them as nsys does.
 
 pub mod breakdown;
+pub mod claims;
+mod context;
 pub mod devices;
 mod engine;
 pub mod mfu;
@@ -46,9 +49,11 @@ use crate::kernels::class::{Classifier, KernelClass};
 use crate::model::trace::{Nanos, StrId, Trace};
 use crate::render::cells::truncate;
 use crate::source::loaded::LoadedSource;
+use crate::source::many::Run;
 use crate::source::{self, Opened, TraceSource};
 
 use self::breakdown::{Breakdown, GapWindow, IdleGap};
+use self::claims::ClaimSink;
 use self::devices::{DeviceProfile, GraphSummary, StepBreakdown};
 use self::ranges::group_name;
 pub use self::ranges::Attribution;
@@ -280,7 +285,7 @@ pub fn profile(trace: &Trace, classifier: &Classifier, opts: &ProfileOptions) ->
     let mut source = LoadedSource::new(trace);
     let small = source.small_tables(true, true);
     small
-        .and_then(|small| engine::run(&mut source, small, classifier, opts, false))
+        .and_then(|small| engine::run(&mut source, small, classifier, opts, false, None))
         .expect("a loaded trace reads without error")
         .0
 }
@@ -318,9 +323,20 @@ pub fn profile_files(
         return profile_file(one, classifier, opts);
     }
     let run = crate::source::many::load_run(&files, classifier)?;
+    profile_run(&run, classifier, opts, None)
+}
+
+/// Profile the files of `run`, merged: one rank each, with a rank table and each rank's clock
+/// offset; every attributed op handed to `sink` too, when there is one.
+pub fn profile_run(
+    run: &Run,
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+    sink: Option<&dyn ClaimSink>,
+) -> Result<Profile> {
     let mut source = LoadedSource::new(&run.trace);
     let small = source.small_tables(true, true)?;
-    let mut p = profile_source(&mut source, small, classifier, opts)?.0;
+    let mut p = profile_source_into(&mut source, small, classifier, opts, sink)?.0;
     p.ranks = ranks::of_files(&p.devices, &run.files);
     p.clock_offsets_ns = run.files.iter().map(|f| (f.rank, f.offset_ns)).collect();
     p.rank_the_straggler();
@@ -330,7 +346,7 @@ pub fn profile_files(
         run.files.len(),
         run.files[0].rank
     ));
-    p.notes.extend(run.notes);
+    p.notes.extend(run.notes.iter().cloned());
     Ok(p)
 }
 
@@ -343,7 +359,18 @@ pub fn profile_source<S: TraceSource>(
     classifier: &Classifier,
     opts: &ProfileOptions,
 ) -> Result<(Profile, usize)> {
-    engine::run(source, trace, classifier, opts, true)
+    profile_source_into(source, trace, classifier, opts, None)
+}
+
+/// [`profile_source`], every attributed op handed to `sink` as well ([`claims`]).
+pub fn profile_source_into<S: TraceSource>(
+    source: &mut S,
+    trace: Trace,
+    classifier: &Classifier,
+    opts: &ProfileOptions,
+    sink: Option<&dyn ClaimSink>,
+) -> Result<(Profile, usize)> {
+    engine::run(source, trace, classifier, opts, true, sink)
 }
 
 /// Interned names of ranges whose name satisfies `f`.

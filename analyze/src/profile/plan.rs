@@ -14,15 +14,15 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::attribution::launches::{CorrRuns, Cursor, LaunchIndex};
+use crate::attribution::launches::{Cursor, LaunchIndex};
 use crate::attribution::operators::Operators;
-use crate::attribution::ranges::{Pieces, Sets};
-use crate::kernels::class::{Classifier, KernelClass};
-use crate::model::trace::{MemOpKind, Nanos, StrId, Trace};
-use crate::source::KernelTexts;
+use crate::kernels::class::KernelClass;
+use crate::model::trace::{MemOpKind, Nanos, Span, StrId, Trace};
 use crate::stats::attribution::FastMap;
 
 use super::breakdown::{COMMUNICATION, COMPUTE, GRAPH, KINDS, MEMCPY, MEMSET};
+use super::claims::{claimed_phase, Claim};
+pub(super) use super::context::{ApiChunk, Classes, Context, Ranges};
 use super::devices::Pair;
 use super::operators::{OpChunk, OpPlan, OpTotals};
 use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
@@ -32,114 +32,6 @@ use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER
 
 /// No instance.
 pub(super) const NONE: u32 = u32::MAX;
-
-/// The host ranges of each process, cut into pieces: the context of a call is its process,
-/// thread and the piece its start falls in.
-pub(super) struct Ranges {
-    pub(super) pieces: FastMap<u32, Pieces>,
-    pub(super) sets: Sets,
-    pub(super) none: Pieces,
-}
-
-impl Ranges {
-    pub(super) fn new(trace: &Trace) -> Ranges {
-        let mut members: FastMap<u32, Vec<u32>> = FastMap::default();
-        for (i, r) in trace.ranges.iter().enumerate() {
-            if is_host_range(trace, r) {
-                members.entry(r.pid).or_default().push(i as u32);
-            }
-        }
-        let mut sets = Sets::new();
-        let mut keys: Vec<u32> = members.keys().copied().collect();
-        keys.sort_unstable();
-        let pieces = keys
-            .into_iter()
-            .map(|pid| (pid, Pieces::new(&trace.ranges, &members[&pid], &mut sets)))
-            .collect();
-        Ranges {
-            pieces,
-            sets,
-            none: Pieces::new(&trace.ranges, &[], &mut Sets::new()),
-        }
-    }
-
-    /// The chunk's id of the context of a call made inside operator call `op` (or none,
-    /// [`crate::attribution::operators::NONE`]).
-    #[inline]
-    pub(super) fn context(&self, c: &mut ApiChunk, pid: u32, tid: u32, start: i64, op: u32) -> u32 {
-        let hint = match c.last {
-            Some((p, h)) if p == pid => h,
-            _ => 0,
-        };
-        let pieces = self.pieces.get(&pid).unwrap_or(&self.none);
-        let piece = pieces.piece(start, hint);
-        c.last = Some((pid, piece));
-        let key = Context {
-            pid,
-            tid,
-            set: pieces.sets[piece],
-            op,
-        };
-        if let Some((k, id)) = c.last_ctx {
-            if k == key {
-                return id;
-            }
-        }
-        let next = c.ctxs.len() as u32;
-        let id = *c.ctx_index.entry(key).or_insert(next);
-        if id == next {
-            c.ctxs.push(key);
-        }
-        c.last_ctx = Some((key, id));
-        id
-    }
-}
-
-/// Where a call was made: what the work it launched is attributed by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Context {
-    pub(super) pid: u32,
-    pub(super) tid: u32,
-    /// The set of ranges containing the call's start.
-    pub(super) set: u32,
-    /// The operator call it was made in, or [`crate::attribution::operators::NONE`] (always,
-    /// without `--by op`).
-    pub(super) op: u32,
-}
-
-/// The API calls of one chunk of rows.
-#[derive(Default)]
-pub(super) struct ApiChunk {
-    pub(super) ctx_index: FastMap<Context, u32>,
-    pub(super) ctxs: Vec<Context>,
-    pub(super) corr: FastMap<u32, CorrRuns>,
-    pub(super) last: Option<(u32, usize)>,
-    pub(super) last_ctx: Option<(Context, u32)>,
-}
-
-/// Kernel classes by the chunk's kernel id, from the texts of the kernels' names.
-pub(super) struct Classes<'a, T> {
-    pub(super) texts: T,
-    pub(super) classifier: &'a Classifier,
-}
-
-impl<T> Classes<'_, T> {
-    pub(super) fn class<N>(
-        &self,
-        classes: &mut Vec<KernelClass>,
-        kid: u32,
-        kids: &[N],
-    ) -> KernelClass
-    where
-        T: KernelTexts<N>,
-    {
-        while classes.len() <= kid as usize {
-            let text = self.texts.text(&kids[classes.len()]);
-            classes.push(self.classifier.classify(&text));
-        }
-        classes[kid as usize]
-    }
-}
 
 /// A piece of GPU work.
 #[derive(Clone, Copy)]
@@ -155,26 +47,22 @@ pub(super) struct Work {
     pub(super) start: i64,
     pub(super) end: i64,
     pub(super) device: u32,
+    pub(super) stream: u32,
     pub(super) pid: u32,
     pub(super) corr: u64,
     pub(super) what: What,
 }
 
 impl Work {
-    pub(super) fn of(
-        start: Nanos,
-        end: Nanos,
-        device: u32,
-        pid: u32,
-        corr: u64,
-        what: What,
-    ) -> Work {
+    /// The work of an op of the trace's small tables.
+    pub(super) fn of(span: &Span, what: What) -> Work {
         Work {
-            start: start.0,
-            end: end.0,
-            device,
-            pid,
-            corr,
+            start: span.start.0,
+            end: span.end.0,
+            device: span.device,
+            stream: span.stream,
+            pid: span.pid,
+            corr: span.correlation_id,
             what,
         }
     }
@@ -301,6 +189,8 @@ pub(super) struct WorkChunk<N> {
     /// The operator sums (`--by op`), and the views a piece of work counts in.
     pub(super) operators: OpChunk,
     pub(super) op_views: Vec<usize>,
+    /// The attributed ops not yet handed to the claim sink (with one attached).
+    pub(super) claims: Vec<Claim>,
 }
 
 impl<N> Default for WorkChunk<N> {
@@ -325,6 +215,7 @@ impl<N> Default for WorkChunk<N> {
             traced_graphs: HashSet::new(),
             operators: OpChunk::default(),
             op_views: Vec::new(),
+            claims: Vec::new(),
         }
     }
 }
@@ -376,6 +267,8 @@ pub(super) struct Plan {
     pub(super) attention: [Option<usize>; 3],
     /// The operator calls and their views (`--by op`).
     pub(super) operators: Option<OpPlan>,
+    /// Whether each piece of work is kept as a [`Claim`] for a sink.
+    pub(super) claims: bool,
 }
 
 impl Plan {
@@ -529,6 +422,7 @@ impl Plan {
             phase_notes,
             attention,
             operators,
+            claims: false,
         }
     }
 
@@ -582,8 +476,10 @@ impl Plan {
         if self.operators.is_some() && self.step_sel.is_none() {
             c.op_views.push(0);
         }
-        // The step instance that claims the op, for the timeline sweep.
+        // The step instance that claims the op, for the timeline sweep (and a claim sink), and
+        // for a claim sink the first phase that claims it.
         let mut step = NO_STEP;
+        let mut phase = None;
         for (s, sel) in self.selections.iter().enumerate() {
             let inst = c
                 .scratch
@@ -597,6 +493,8 @@ impl Plan {
             }
             if Some(s) == self.step_sel {
                 step = inst;
+            } else if self.claims && phase.is_none() {
+                phase = claimed_phase(self, s);
             }
             c.instances[s].entry(inst).or_default().add(&w, end);
             c.selections[s].add(&w, end);
@@ -609,6 +507,10 @@ impl Plan {
             ops.work(&mut c.operators, &mut c.op_views, &c.scratch, w.what, d);
         }
         c.whole.add(&w, end);
+        if self.claims {
+            let step = (step != NO_STEP).then_some(step);
+            c.claims.push(Claim::of(&w, end, step, phase));
+        }
         let key = (w.device, w.pid);
         if c.pair.as_ref().is_none_or(|p| p.0 != key) {
             if let Some((k, p)) = c.pair.take() {

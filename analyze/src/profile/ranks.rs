@@ -65,20 +65,31 @@ impl RankRow {
 /// each ran on (the file records no rank of its own for them). Empty for one process on one
 /// device.
 pub(super) fn in_one_file(devices: &[DeviceProfile], file: &str) -> Vec<RankRow> {
-    if devices.len() < 2 {
+    let rank_of = ranks_in_one_file(devices.iter().map(|d| (d.device, d.process)).collect());
+    if rank_of.is_empty() {
         return Vec::new();
-    }
-    let mut order: Vec<(u32, u32)> = devices.iter().map(|d| (d.device, d.process)).collect();
-    order.sort_unstable();
-    let mut rank_of: BTreeMap<u32, u32> = BTreeMap::new();
-    for (_, process) in order {
-        let next = rank_of.len() as u32;
-        rank_of.entry(process).or_insert(next);
     }
     devices
         .iter()
         .map(|d| RankRow::of(d, rank_of[&d.process], file.to_owned(), RankFrom::Order, 0))
         .collect()
+}
+
+/// The rank of each process of one file whose GPU work is on the (device, process) `pairs`:
+/// processes numbered in the order of the first device each ran on. Empty for fewer than two
+/// pairs (one process on one device has no rank table).
+pub fn ranks_in_one_file(mut pairs: Vec<(u32, u32)>) -> BTreeMap<u32, u32> {
+    let mut rank_of: BTreeMap<u32, u32> = BTreeMap::new();
+    pairs.sort_unstable();
+    pairs.dedup();
+    if pairs.len() < 2 {
+        return rank_of;
+    }
+    for (_, process) in pairs {
+        let next = rank_of.len() as u32;
+        rank_of.entry(process).or_insert(next);
+    }
+    rank_of
 }
 
 /// The ranks of a run read from one file per rank: each pair's rank is its file's.

@@ -50,6 +50,12 @@ impl KernelTexts<[RawName; 3]> for ExportTexts<'_> {
             .text(&names[0])
             .unwrap_or(Cow::Borrowed(UNNAMED_KERNEL))
     }
+    fn short_text<'n>(&'n self, names: &'n [RawName; 3]) -> Cow<'n, str> {
+        match self.0.text(&names[1]) {
+            Some(short) => short,
+            None => self.text(names),
+        }
+    }
 }
 
 impl ExportSource {
@@ -189,6 +195,7 @@ impl TraceSource for ExportSource {
                     start: k.start,
                     end,
                     device: k.device as u32,
+                    stream: k.stream as u32,
                     pid: split_global_tid(k.global_pid).0,
                     correlation_id: k.correlation_id as u64,
                     names: &k.names,

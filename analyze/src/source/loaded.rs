@@ -76,6 +76,9 @@ impl KernelTexts<(StrId, StrId, Option<StrId>)> for TraceTexts<'_> {
     fn text<'n>(&'n self, names: &'n (StrId, StrId, Option<StrId>)) -> Cow<'n, str> {
         Cow::Borrowed(self.0.name(names.0))
     }
+    fn short_text<'n>(&'n self, names: &'n (StrId, StrId, Option<StrId>)) -> Cow<'n, str> {
+        Cow::Borrowed(self.0.name(names.1))
+    }
 }
 
 /// A loaded trace.
@@ -159,6 +162,7 @@ impl TraceSource for LoadedSource<'_> {
                 start: k.span.start.0,
                 end: k.span.end.0,
                 device: k.span.device,
+                stream: k.span.stream,
                 pid: k.span.pid,
                 correlation_id: k.span.correlation_id,
                 names: &names,

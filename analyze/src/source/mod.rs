@@ -48,6 +48,7 @@ pub struct KernelRow<'a, N> {
     pub start: i64,
     pub end: i64,
     pub device: u32,
+    pub stream: u32,
     pub pid: u32,
     pub correlation_id: u64,
     /// Its names as the source holds them until they are interned.
@@ -73,6 +74,8 @@ pub trait NameResolver {
 pub trait KernelTexts<N> {
     /// The demangled name ([`UNNAMED_KERNEL`] for none).
     fn text<'n>(&'n self, names: &'n N) -> Cow<'n, str>;
+    /// The short name, as the source records it (the demangled name where it records none).
+    fn short_text<'n>(&'n self, names: &'n N) -> Cow<'n, str>;
 }
 
 /// A GPU trace as rows: the one interface every analysis of GPU work reads.

@@ -158,6 +158,7 @@ pub struct KernelRow {
     pub device: i64,
     pub correlation_id: i64,
     pub global_pid: i64,
+    pub stream: i64,
     /// Demangled, short and mangled names (the last NULL unless asked for and present).
     pub names: [RawName; 3],
     /// `graphNodeId`, when asked for and present.
@@ -518,6 +519,7 @@ impl Export {
             SHORT_NAME,
             &mangled_col,
             &node_col,
+            STREAM_ID,
         ];
         tables
             .scan(KERNEL, &columns, true, init, |s, r| {
@@ -527,6 +529,7 @@ impl Export {
                     device: r.int(2)?,
                     correlation_id: r.int(3)?,
                     global_pid: r.int(4)?,
+                    stream: r.int(9)?,
                     names: [
                         RawName::from(r.get(5)?),
                         RawName::from(r.get(6)?),
