@@ -5,9 +5,12 @@
 //!   `GPU_TESTS=1` at build time turns the GPU tests on whatever is found (a test binary built
 //!   here and run on a GPU machine), `GPU_TESTS=0` turns them off;
 //! - `no_shared_ours` and `no_shared_public` where `../shared/fixtures/ours` or
-//!   `../shared/fixtures/public`, the larger real fixtures kept beside the checkout, are absent.
+//!   `../shared/fixtures/public`, the larger real fixtures kept beside the checkout, are absent;
+//! - `no_duckdb` where `python3` (or `$PYTHON`) cannot import DuckDB (`pip install duckdb`),
+//!   which the tests of `docs/sql/` run the queries with; installed later, `touch build.rs`.
 //!
-//! It only looks at the file system: the binaries are built the same either way.
+//! It only looks at the file system and asks Python one question: the binaries are built the
+//! same either way.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,11 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(no_gpu)");
     println!("cargo::rustc-check-cfg=cfg(no_shared_ours)");
     println!("cargo::rustc-check-cfg=cfg(no_shared_public)");
+    println!("cargo::rustc-check-cfg=cfg(no_duckdb)");
+    println!("cargo::rerun-if-env-changed=PYTHON");
+    if !duckdb_found() {
+        println!("cargo::rustc-cfg=no_duckdb");
+    }
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=GPU_TESTS");
     println!("cargo::rerun-if-env-changed=LD_LIBRARY_PATH");
@@ -50,6 +58,28 @@ fn main() {
             println!("cargo::rerun-if-changed={}", existing.display());
             watched.push(existing);
         }
+    }
+}
+
+/// Whether Python imports DuckDB; when it does, its package folder is watched (a removal or an
+/// upgrade reruns this).
+fn duckdb_found() -> bool {
+    let python = env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import duckdb, os; print(os.path.dirname(duckdb.__file__))",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let dir = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            if Path::new(&dir).is_dir() {
+                println!("cargo::rerun-if-changed={dir}");
+            }
+            true
+        }
+        _ => false,
     }
 }
 

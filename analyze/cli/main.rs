@@ -3,6 +3,7 @@
 //! (`compare --fail-if-slower`), 2 for bad input or usage.
 
 mod compare;
+mod export;
 mod memory;
 mod output;
 mod profile;
@@ -42,6 +43,9 @@ enum Command {
     /// Report sections over a whole sweep: times, top kernels, GEMM fraction, softmax vs matmul,
     /// peak memory, plots; into DIR/report.md and DIR/report.json.
     Report(report::Args),
+    /// Every GPU op (with its rank, step, phase and class), range and rank × step of a run as a
+    /// Parquet dataset partitioned by rank, for DuckDB, Spark or pandas.
+    Export(export::Args),
 }
 
 impl Command {
@@ -53,6 +57,7 @@ impl Command {
             Command::Profile(a) => a.output.quiet,
             Command::Memory(a) => a.output.quiet,
             Command::Report(a) => a.quiet,
+            Command::Export(a) => a.quiet,
         }
     }
 }
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Report(args) => report::run(args),
+        Command::Export(args) => export::run(args),
     };
     progress::clear();
     match result {

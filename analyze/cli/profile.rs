@@ -83,28 +83,8 @@ pub struct Args {
 /// every trace it reads.
 #[derive(clap::Args)]
 pub struct ProfileArgs {
-    #[arg(long, default_value = "process", value_parser = parse_attribution, long_help = ATTRIBUTION_HELP)]
-    pub attribution: Attribution,
-    /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
-    #[arg(long, value_name = "FILE")]
-    pub classes: Option<PathBuf>,
-    /// Regular expression naming the measured step ranges, tried ignoring case when it matches
-    /// nothing as written. Left at its default, PyTorch profiler steps (`ProfilerStep#N`) are
-    /// used when no range is named `step_N`.
-    #[arg(long, value_name = "REGEX", default_value = DEFAULT_STEPS, value_parser = parse_regex)]
-    pub steps: Regex,
-    /// NVTX range names to report as phases, comma-separated: matched exactly, else ignoring
-    /// case; a name that matches nothing is noted with the nearest range name.
-    #[arg(
-        long,
-        value_name = "NAMES",
-        value_delimiter = ',',
-        default_value = "forward,backward,optimizer"
-    )]
-    pub phases: Vec<String>,
-    /// One more phase, named in full (for names that hold commas); may be repeated.
-    #[arg(long, value_name = "NAME")]
-    pub phase: Vec<String>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
     /// Names of the QK matmul, softmax and V matmul ranges inside attention, comma-separated.
     #[arg(
         long,
@@ -128,16 +108,38 @@ pub struct ProfileArgs {
     pub model_flops_per_step: Option<f64>,
 }
 
-impl ProfileArgs {
-    /// The library's profile options, and the kernel-class rule file when one is given.
-    pub fn into_options(self) -> anyhow::Result<(ProfileOptions, Option<PathBuf>)> {
-        let attention: [String; 3] =
-            self.attention_ranges.try_into().map_err(|v: Vec<String>| {
-                anyhow::anyhow!(
-                    "--attention-ranges takes three names (QK,SOFTMAX,V), got {}",
-                    v.len()
-                )
-            })?;
+/// Which ranges are the steps and phases, and how work is attributed to them: the options
+/// `profile`, `report` and `export` share.
+#[derive(clap::Args)]
+pub struct AttributionArgs {
+    #[arg(long, default_value = "process", value_parser = parse_attribution, long_help = ATTRIBUTION_HELP)]
+    pub attribution: Attribution,
+    /// Kernel-class rules (TOML or JSON, by extension) tried before the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub classes: Option<PathBuf>,
+    /// Regular expression naming the measured step ranges, tried ignoring case when it matches
+    /// nothing as written. Left at its default, PyTorch profiler steps (`ProfilerStep#N`) are
+    /// used when no range is named `step_N`.
+    #[arg(long, value_name = "REGEX", default_value = DEFAULT_STEPS, value_parser = parse_regex)]
+    pub steps: Regex,
+    /// NVTX range names to report as phases, comma-separated: matched exactly, else ignoring
+    /// case; a name that matches nothing is noted with the nearest range name.
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        default_value = "forward,backward,optimizer"
+    )]
+    pub phases: Vec<String>,
+    /// One more phase, named in full (for names that hold commas); may be repeated.
+    #[arg(long, value_name = "NAME")]
+    pub phase: Vec<String>,
+}
+
+impl AttributionArgs {
+    /// The library's profile options (the others at their defaults), and the kernel-class rule
+    /// file when one is given.
+    pub fn into_options(self) -> (ProfileOptions, Option<PathBuf>) {
         let phases: Vec<String> = self
             .phases
             .into_iter()
@@ -149,17 +151,28 @@ impl ProfileArgs {
             attribution: self.attribution,
             steps: self.steps,
             phases,
-            attention,
-            head_dim: self.head_dim,
-            top: self.top,
-            device: None,
-            process: None,
-            operators: false,
-            peak_tflops: None,
-            peak_tbps: None,
-            model_flops_per_step: self.model_flops_per_step,
+            ..ProfileOptions::default()
         };
-        Ok((opts, self.classes))
+        (opts, self.classes)
+    }
+}
+
+impl ProfileArgs {
+    /// The library's profile options, and the kernel-class rule file when one is given.
+    pub fn into_options(self) -> anyhow::Result<(ProfileOptions, Option<PathBuf>)> {
+        let attention: [String; 3] =
+            self.attention_ranges.try_into().map_err(|v: Vec<String>| {
+                anyhow::anyhow!(
+                    "--attention-ranges takes three names (QK,SOFTMAX,V), got {}",
+                    v.len()
+                )
+            })?;
+        let (mut opts, classes) = self.attribution.into_options();
+        opts.attention = attention;
+        opts.head_dim = self.head_dim;
+        opts.top = self.top;
+        opts.model_flops_per_step = self.model_flops_per_step;
+        Ok((opts, classes))
     }
 }
 

@@ -14,6 +14,8 @@
 //!   traces or two snapshots) and `report` (a write-up over a sweep of runs), with `run_name`
 //!   (what a file's name says about its run: model, context length, mode, precision) and
 //!   `roofline` (what an operator call costs, the GPUs' peaks, the roofline chart);
+//! - `export`: the profile's attributed view of a run (every GPU op with its rank, step, phase
+//!   and class; ranges; rank × step figures) as a Parquet dataset partitioned by rank;
 //! - [`render`]: the tables as text, CSV, JSON or Markdown, their cell formatters, and the charts.
 //!
 //! The analyses, reports and plots are the default feature `analysis`. Without it the crate is
@@ -27,6 +29,8 @@ pub mod cli;
 #[cfg(feature = "analysis")]
 pub mod compare;
 pub mod error;
+#[cfg(feature = "analysis")]
+pub mod export;
 pub mod fast_hash;
 pub mod formats;
 #[cfg(feature = "analysis")]

@@ -24,6 +24,7 @@ mod compare_work;
 mod cuda_graphs;
 mod ddp;
 mod emit_nvtx;
+mod export;
 mod formats;
 mod fuzz_engine;
 mod fuzz_gzip;
