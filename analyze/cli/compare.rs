@@ -12,7 +12,7 @@ use analyze::memory::summary::{self, MemoryOptions};
 use analyze::profile::{self, ProfileOptions};
 use analyze::render::Format;
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, OutputFormat};
 use crate::Outcome;
 
 #[derive(clap::Args)]
@@ -37,9 +37,10 @@ pub struct Args {
     pub a: PathBuf,
     /// The trace or snapshot compared against the baseline.
     pub b: PathBuf,
-    /// Output format: table, csv, json or markdown.
+    /// Output format: table, csv, json or markdown; parquet writes the files of --output as
+    /// Parquet (stdout gets text tables).
     #[arg(long, short = 'f', default_value = "table")]
-    pub format: Format,
+    pub format: OutputFormat,
     /// Exit 1 when B is more than PCT percent slower than A, naming the kernels that got
     /// slower (GPU traces only). When the two ran different amounts of work (kernel instance
     /// counts differ by more than 2%, in total or for a kernel both ran), the check judges time
@@ -105,13 +106,13 @@ fn label(path: &Path) -> String {
 pub fn run(mut args: Args) -> anyhow::Result<Outcome> {
     // CSV and JSON are for programs: every row. Names are never cut here: text tables fit their
     // width by cutting names in the middle (whole with --wide), the other formats keep them.
-    let for_people = matches!(args.format, Format::Table | Format::Markdown);
+    let for_people = matches!(args.format.stdout(), Format::Table | Format::Markdown);
     let opts = DocumentOptions {
         limit: (for_people && args.limit > 0).then_some(args.limit),
         name_width: None,
     };
     args.output.wide |= args.full_names;
-    args.output.check()?;
+    args.output.check(args.format)?;
     if pair_kind(&args.a, &args.b)? {
         if args.fail_if_slower.is_some() {
             anyhow::bail!(

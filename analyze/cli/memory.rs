@@ -7,10 +7,9 @@ use analyze::memory::charts::{write_charts, write_module_charts};
 use analyze::memory::summary::{self, snapshot_label, Analysis, MemoryOptions, MemoryReport};
 use analyze::memory::tables;
 use analyze::render::plot::ImageFormat;
-use analyze::render::Format;
 use anyhow::bail;
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, OutputFormat};
 use crate::Outcome;
 
 const LONG_ABOUT: &str = "\
@@ -95,9 +94,10 @@ pub struct Args {
     /// does not have is an error naming the ones it has.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
-    /// Output format: table, csv, json or markdown.
+    /// Output format: table, csv, json or markdown; parquet writes the files of --output as
+    /// Parquet (stdout gets text tables).
     #[arg(long, short = 'f', default_value = "table")]
-    pub format: Format,
+    pub format: OutputFormat,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -117,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         );
     }
     let rules = Rules::load(args.categories.as_deref())?;
-    args.output.check()?;
+    args.output.check(args.format)?;
     let mut analyses: Vec<Analysis> = Vec::with_capacity(args.files.len());
     for (i, path) in args.files.iter().enumerate() {
         let snap = analyze::formats::load_snapshot(path)?;

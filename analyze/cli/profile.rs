@@ -9,7 +9,7 @@ use analyze::render::{Cell, Document, Format};
 use analyze::run_name::run_stem;
 use regex::Regex;
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, OutputFormat};
 use crate::Outcome;
 
 const ATTRIBUTION_HELP: &str = "\
@@ -72,9 +72,10 @@ pub struct Args {
     /// time) into this folder as <trace>.roofline.png and .svg.
     #[arg(long, value_name = "DIR", requires = "by")]
     pub plot: Option<PathBuf>,
-    /// Output format: table, csv, json or markdown.
+    /// Output format: table, csv, json or markdown; parquet writes the files of --output as
+    /// Parquet (stdout gets text tables).
     #[arg(long, short = 'f', default_value = "table")]
-    pub format: Format,
+    pub format: OutputFormat,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -237,7 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     opts.peak_tflops = args.peak_tflops;
     opts.peak_tbps = args.peak_tbps;
     let classifier = profile::classifier(classes.as_deref())?;
-    args.output.check()?;
+    args.output.check(args.format)?;
     let result = profile::profile_files(&args.files, &classifier, &opts)?;
     if let (Some(dir), Some(view)) = (&args.plot, &result.by_operator) {
         let stem = file_stem(run_stem(&result.file), "trace");
@@ -255,7 +256,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The tables show a readable kernel name cut at 80 characters; files and the formats for
     // programs get the demangled name whole.
     let whole = whole_names(&doc, &result);
-    let shown = if args.format == Format::Table {
+    let shown = if args.format.stdout() == Format::Table {
         &doc
     } else {
         &whole

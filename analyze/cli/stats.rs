@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use analyze::render::{Format, DEFAULT_WIDTH};
 use analyze::stats::{self, Report};
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, OutputFormat};
 use crate::Outcome;
 
 #[derive(clap::Args)]
@@ -25,9 +25,10 @@ pub struct Args {
     #[arg(long, short = 'r', default_value = "cuda_gpu_kern_sum")]
     pub report: String,
     /// Output format: table, csv (the same header and numbers as `nsys stats --format csv`),
-    /// json or markdown.
+    /// json or markdown; parquet writes the files of --output as Parquet (stdout gets text
+    /// tables; the trace reports, streamed, are CSV or JSON only).
     #[arg(long, short = 'f', default_value = "table")]
-    pub format: Format,
+    pub format: OutputFormat,
     #[command(flatten)]
     pub output: OutputArgs,
     /// An Nsight Systems export (.sqlite, .sqlite.gz) or report (.nsys-rep).
@@ -37,8 +38,14 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // The names are checked before the file is read, so a typo costs nothing.
     let reports = Report::parse_list(&args.report).map_err(anyhow::Error::msg)?;
-    args.output.check()?;
-    if reports.iter().any(|r| stats::trace::is_trace(r.1)) {
+    let trace = reports.iter().any(|r| stats::trace::is_trace(r.1));
+    if trace && args.format == OutputFormat::Parquet {
+        anyhow::bail!(
+            "--format parquet: the trace reports stream their rows as CSV or JSON; `analyze export` writes every GPU op as Parquet"
+        );
+    }
+    args.output.check(args.format)?;
+    if trace {
         return print(&args, &reports);
     }
     let (doc, skipped) = stats::document_file(&args.file, &reports)?;
@@ -62,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 /// Reports among which a trace report is: printed as their rows come, never held.
 fn print(args: &Args, reports: &[(String, Report)]) -> anyhow::Result<Outcome> {
     let print = stats::Print {
-        format: args.format,
+        format: args.format.stdout(),
         width: (!args.output.wide).then_some(DEFAULT_WIDTH),
         dir: args.output.output.as_deref(),
     };
@@ -82,7 +89,8 @@ fn print(args: &Args, reports: &[(String, Report)]) -> anyhow::Result<Outcome> {
 
 /// The note that several CSV tables went to stdout.
 fn several_csv_tables(args: &Args, tables: usize) {
-    if args.format == Format::Csv && tables > 1 && args.output.output.is_none() {
+    if args.format == OutputFormat::Print(Format::Csv) && tables > 1 && args.output.output.is_none()
+    {
         // nsys's own layout, kept byte for byte; a reader that wants one table per file asks.
         args.output.note(&format!(
             "note: {tables} CSV tables on stdout, separated by blank lines; --output DIR writes \

@@ -46,6 +46,7 @@ mod nsys_stats_golden;
 mod nsys_stats_trace;
 mod operators;
 mod outputs;
+mod outputs_parquet;
 mod profile;
 mod profiler_steps;
 mod ranks;

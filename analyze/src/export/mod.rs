@@ -19,6 +19,7 @@
 //! ranks), or several per-rank files merged on one timeline ([`crate::source::many`]). The
 //! dataset is written into a folder beside `OUT` and renamed into place once whole.
 
+pub mod documents;
 pub mod ops;
 pub mod parquet;
 pub mod tables;

@@ -70,7 +70,8 @@ impl Cell {
         }
     }
 
-    fn is_numeric(&self) -> bool {
+    /// Whether the cell is a number (an integer or not).
+    pub fn is_numeric(&self) -> bool {
         matches!(self, Cell::Int(_) | Cell::Float(..))
     }
 }
