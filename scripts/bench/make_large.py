@@ -3,12 +3,17 @@
     python3 scripts/bench/make_large.py nsys  IN.sqlite[.gz] OUT.sqlite  --copies 50
     python3 scripts/bench/make_large.py kineto IN.json[.gz] OUT.json     --copies 150
     python3 scripts/bench/make_large.py memsnap IN.pickle[.gz] OUT.pickle --copies 400
+    python3 scripts/bench/make_large.py nsys  IN.sqlite[.gz] run_rank3.sqlite --copies 1 --rank 3
 
 nsys: every event table (a table with `start` and `end`: kernels, API calls, NVTX, memcpy,
 memset, synchronisation, ...) is replicated COPIES times in a row, each copy's times shifted past
 the end of the previous one, its correlation ids (and NVTX range ids) offset past the largest, so
 that launches still pair with their kernels and every step of the original appears once per copy.
-Tables without times (strings, GPU info, metadata) are kept once.
+Tables without times (strings, GPU info, metadata) are kept once. With --rank N the copy stands
+for rank N of a run of one process per rank: every process id is moved up by N (in the
+globalPid/globalTid columns of every table and the process tables), and `RANK=N` is recorded in
+the environment nsys keeps (TARGET_INFO_SYSTEM_ENV's DeviceEnvironment), where `analyze` reads a
+file's rank; times, devices and the session start stay, so the ranks' clocks agree.
 kineto: the `traceEvents` replicated the same way (`ts` shifted, correlation / External id args
 offset). memsnap: each device trace's entries replicated with times shifted; the segments (the
 state at the dump) kept as they are. Runs on any machine with Python 3; runs for minutes at
@@ -66,8 +71,29 @@ def nsys(a):
             db.execute(f"INSERT INTO [{t}] ({names}) SELECT {', '.join(exprs)} FROM [{t}] WHERE rowid <= {n}")
         db.commit()
         print(f"{t}: {n} rows -> {n * a.copies}", file=sys.stderr)
+    if a.rank is not None:
+        per_rank_ids(db, tables, a.rank)
     db.close()
     os.replace(tmp, a.output)
+
+
+def per_rank_ids(db, tables, rank):
+    """Process ids moved up by `rank`, and RANK=`rank` in the recorded environment."""
+    pid = rank << 24  # globalPid and globalTid hold the pid in bits 24..47
+    for t in tables:
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info([{t}])")]
+        for col in cols:
+            if col in ("globalPid", "globalTid", "endGlobalTid"):
+                db.execute(f"UPDATE [{t}] SET [{col}] = [{col}] + {pid} WHERE [{col}] IS NOT NULL")
+            elif (t, col) in (("PROCESSES", "pid"), ("TARGET_INFO_CUDA_DEVICE", "pid"),
+                              ("TARGET_INFO_CUDA_CONTEXT_INFO", "processId")):
+                db.execute(f"UPDATE [{t}] SET [{col}] = [{col}] + {rank}")
+    if "TARGET_INFO_SYSTEM_ENV" in tables:
+        db.execute("DELETE FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'")
+        db.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV (globalVid, devStateName, name, nameEnum, value) "
+                   "SELECT globalVid, devStateName, 'DeviceEnvironment', 0, ? FROM TARGET_INFO_SYSTEM_ENV LIMIT 1",
+                   (f"RANK={rank};LOCAL_RANK=0",))
+    db.commit()
 
 
 def kineto(a):
@@ -133,7 +159,10 @@ def main():
     ap.add_argument("input")
     ap.add_argument("output")
     ap.add_argument("--copies", type=int, default=50)
+    ap.add_argument("--rank", type=int, help="nsys: make the copy rank N's (its process ids, RANK=N)")
     a = ap.parse_args()
+    if a.rank is not None and a.kind != "nsys":
+        ap.error("--rank is for nsys exports")
     {"nsys": nsys, "kineto": kineto, "memsnap": memsnap}[a.kind](a)
 
 
