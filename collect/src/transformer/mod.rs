@@ -307,7 +307,8 @@ impl<'r> Model<'r> {
     /// ranges (the loss is computed inside `backward`, as the reference script does). With the
     /// overlapped optimizer the backward's range is cut by one `optimizer` range per update
     /// launched beside it, and the step ends with the main stream waiting for the optimizer's.
-    /// With [`StepOptions::cuda_graph`], the same step replayed from CUDA graphs ([`graph`]).
+    /// With [`StepOptions::cuda_graph`], the same step replayed from CUDA graphs (the `graph`
+    /// module).
     pub fn step(&mut self) -> Result<()> {
         if self.options.cuda_graph {
             return self.graph_step();

@@ -105,7 +105,7 @@ pub struct StepOptions {
     /// plan for every SM, the updates then filling what the GEMMs leave idle. `None`: the run's
     /// default ([`default_optimizer_sms`]).
     pub optimizer_sms: Option<u32>,
-    /// Replay the step from CUDA graphs ([`super::graph`]); needs the caching allocator.
+    /// Replay the step from CUDA graphs (the `graph` module); needs the caching allocator.
     pub cuda_graph: bool,
 }
 
