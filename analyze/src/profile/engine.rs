@@ -683,7 +683,10 @@ fn arrivals(ops: &[Op], steps: &[StepBreakdown]) -> BTreeMap<(u32, u32), Vec<i64
             .push((s.start_ns, end));
     }
     let mut out: BTreeMap<(u32, u32), Vec<i64>> = BTreeMap::new();
-    for o in ops.iter().filter(|o| Some(o.kind()) == communication) {
+    for o in ops
+        .iter()
+        .filter(|o| o.starts() && Some(o.kind()) == communication)
+    {
         let rank = (o.device, o.pid());
         let inside = steps.is_empty()
             || windows

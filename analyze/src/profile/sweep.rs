@@ -17,8 +17,9 @@ use super::breakdown::{Breakdown, KINDS};
 
 /// An op as the timeline sweep needs it, in 24 bytes: its start and length, the step that claims
 /// it ([`NO_STEP`] for none), its device, and its kind (an index into [`KINDS`]) in the top bits
-/// of the process. An op longer than `u32::MAX` ns is kept as pieces end to end
-/// ([`Op::pieces`]), which cut the timeline the same way.
+/// of the process. An op longer than `u32::MAX` ns (4.3 s) is kept as pieces end to end
+/// ([`Op::pieces`]), which cut the timeline the same way; the pieces after the first are marked,
+/// so that only the first counts as the op's start.
 #[derive(Clone, Copy)]
 pub(super) struct Op {
     pub(super) start: i64,
@@ -29,6 +30,13 @@ pub(super) struct Op {
 }
 
 pub(super) const PID_BITS: u32 = 24;
+
+/// The mark of a piece that continues a long op.
+const CONTINUED: u32 = 1 << 31;
+
+/// The most pieces an op is kept as: 1,024 pieces hold 73 minutes; a longer op, which only a
+/// damaged file holds, is cut there rather than held as billions of pieces.
+const MAX_PIECES: i64 = 1024;
 
 /// The step of an op no step claims, and the owner of a window that counts every op.
 pub(super) const NO_STEP: u32 = u32::MAX;
@@ -44,10 +52,12 @@ impl Op {
         kind: usize,
         mut push: impl FnMut(Op),
     ) {
-        let pid_kind = (pid & ((1 << PID_BITS) - 1)) | ((kind as u32) << PID_BITS);
+        let mut pid_kind = (pid & ((1 << PID_BITS) - 1)) | ((kind as u32) << PID_BITS);
+        let piece = i64::from(u32::MAX);
+        let end = end.min(start.saturating_add(piece.saturating_mul(MAX_PIECES)));
         let mut at = start;
         while at < end {
-            let len = end.saturating_sub(at).min(i64::from(u32::MAX));
+            let len = end.saturating_sub(at).min(piece);
             push(Op {
                 start: at,
                 len: len as u32,
@@ -55,6 +65,7 @@ impl Op {
                 device,
                 pid_kind,
             });
+            pid_kind |= CONTINUED;
             at = at.saturating_add(len);
         }
     }
@@ -65,7 +76,11 @@ impl Op {
         self.pid_kind & ((1 << PID_BITS) - 1)
     }
     pub(super) fn kind(&self) -> usize {
-        (self.pid_kind >> PID_BITS) as usize
+        ((self.pid_kind & !CONTINUED) >> PID_BITS) as usize
+    }
+    /// Whether the op starts here: not a later piece of a long op.
+    pub(super) fn starts(&self) -> bool {
+        self.pid_kind & CONTINUED == 0
     }
 }
 
@@ -323,13 +338,13 @@ pub(super) fn next_process(ops: [&[Op]; 2], device: u32, t: i64) -> Option<u32> 
     let mut best: Option<(i64, u32)> = None;
     for list in ops {
         let i = list.partition_point(|o| o.start < t);
-        let first = list[i..].iter().find(|o| o.device == device);
+        let first = list[i..].iter().find(|o| o.device == device && o.starts());
         if let Some(f) = first {
             let pid = list[i..]
                 .iter()
                 .skip_while(|o| o.start < f.start)
                 .take_while(|o| o.start == f.start)
-                .filter(|o| o.device == device)
+                .filter(|o| o.device == device && o.starts())
                 .map(Op::pid)
                 .min()
                 .unwrap_or(f.pid());
