@@ -8,10 +8,15 @@
 //! span overlaps its neighbours', and the time during which only their work ran is the step's
 //! `other_work_ns`, never its compute. So each op's time is in one step, and the steps' sums
 //! never exceed the trace's.
+//!
+//! A long trace is swept in time slabs side by side, each beginning with the ops still running
+//! at its start; the slabs' sums are those of one sweep ([`sweep`] says why).
 
 use std::collections::BinaryHeap;
 
-use crate::stats::attribution::FastMap;
+use rayon::prelude::*;
+
+use crate::fast_hash::FastMap;
 
 use super::breakdown::{Breakdown, KINDS};
 
@@ -126,9 +131,19 @@ impl PartialOrd for Stretch {
 /// How many ops of each kind are running.
 type Counts = [i32; KINDS.len()];
 
-/// One device's state in the sweep: the kinds running, in all and per step, the ends to come
-/// (end, kind, step), the time reached, the windows (by start) and which are open.
-struct DeviceSweep {
+/// The kinds of which some op is running.
+fn running(counts: &Counts) -> u8 {
+    counts
+        .iter()
+        .zip(KINDS)
+        .filter(|(c, _)| **c > 0)
+        .fold(0u8, |m, (_, k)| m | k)
+}
+
+/// One device's state in a slab's sweep: the kinds running, in all and per step, the ends to come
+/// (end, kind, step), the latest end pushed, the time reached, and which of the device's windows
+/// (by start) are open, each with its slot in the slab's parts.
+struct DeviceSweep<'w> {
     counts: Counts,
     /// The counts of each step with ops here, in the order they came, and where each step's
     /// are, the last one asked for first (ops come mostly a step at a time).
@@ -136,13 +151,29 @@ struct DeviceSweep {
     slots: FastMap<u32, usize>,
     last: (u32, usize),
     ends: BinaryHeap<std::cmp::Reverse<(i64, usize, u32)>>,
+    max_end: i64,
     prev: Option<i64>,
-    windows: Vec<usize>,
+    windows: &'w [usize],
     next_window: usize,
-    active: Vec<usize>,
+    active: Vec<(usize, usize)>,
 }
 
-impl DeviceSweep {
+impl<'w> DeviceSweep<'w> {
+    fn new(windows: &'w [usize], prev: Option<i64>) -> DeviceSweep<'w> {
+        DeviceSweep {
+            counts: [0; KINDS.len()],
+            by_step: Vec::new(),
+            slots: FastMap::default(),
+            last: (NO_STEP, 0),
+            ends: BinaryHeap::new(),
+            max_end: i64::MIN,
+            prev,
+            windows,
+            next_window: 0,
+            active: Vec::new(),
+        }
+    }
+
     /// The counts of `step`'s ops.
     fn of_step(&mut self, step: u32) -> &mut Counts {
         if self.last.0 != step {
@@ -156,73 +187,55 @@ impl DeviceSweep {
         &mut self.by_step[self.last.1]
     }
 
-    fn new() -> DeviceSweep {
-        DeviceSweep {
-            counts: [0; KINDS.len()],
-            by_step: Vec::new(),
-            slots: FastMap::default(),
-            last: (NO_STEP, 0),
-            ends: BinaryHeap::new(),
-            prev: None,
-            windows: Vec::new(),
-            next_window: 0,
-            active: Vec::new(),
+    /// `op` begins to run.
+    fn push(&mut self, op: &Op) {
+        self.counts[op.kind()] += 1;
+        if op.step != NO_STEP {
+            self.of_step(op.step)[op.kind()] += 1;
         }
+        self.ends
+            .push(std::cmp::Reverse((op.end(), op.kind(), op.step)));
+        self.max_end = self.max_end.max(op.end());
     }
 }
 
-/// Sweep `ops` (both lists sorted by start) device by device, cutting each device's timeline
-/// into segments and adding each segment to the windows it overlaps.
-pub(super) fn sweep(
-    ops: [&[Op]; 2],
-    windows: &[Window],
-    gap_windows: &[usize],
+/// What the sweep shares between slabs: the windows, each device's windows by start, and which
+/// windows are gap windows (their index among them).
+struct Layout<'a> {
+    windows: &'a [Window],
+    by_device: FastMap<u32, Vec<usize>>,
+    gap_of: Vec<Option<usize>>,
     top: usize,
-) -> Sweep {
-    let mut breakdowns: Vec<Breakdown> = windows
-        .iter()
-        .map(|w| Breakdown {
-            span_ns: w.end.saturating_sub(w.start),
-            ..Breakdown::default()
-        })
-        .collect();
-    let mut covered = vec![0i64; windows.len()];
-    let mut gap_of = vec![None; windows.len()];
-    for (g, &w) in gap_windows.iter().enumerate() {
-        gap_of[w] = Some(g);
-    }
-    let mut devices: FastMap<u32, DeviceSweep> = FastMap::default();
-    for (i, w) in windows.iter().enumerate() {
-        devices
-            .entry(w.device)
-            .or_insert_with(DeviceSweep::new)
-            .windows
-            .push(i);
-    }
-    for d in devices.values_mut() {
-        d.windows.sort_by_key(|&i| windows[i].start);
-    }
-    let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
-    fn running(counts: &Counts) -> u8 {
-        counts
-            .iter()
-            .zip(KINDS)
-            .filter(|(c, _)| **c > 0)
-            .fold(0u8, |m, (_, k)| m | k)
-    }
-    // One segment [a, b) of device `d`, whose counts hold during it.
-    let mut feed = |d: &mut DeviceSweep, a: i64, b: i64| {
+}
+
+/// A stretch of time swept on its own: what it adds to each window it touches, and its longest
+/// idle stretches.
+struct Slab<'a> {
+    layout: &'a Layout<'a>,
+    /// (window, breakdown part, covered ns) per window opened here.
+    parts: Vec<(usize, Breakdown, i64)>,
+    heap: BinaryHeap<Stretch>,
+}
+
+impl Slab<'_> {
+    /// One segment `[a, b)` of device `d`, whose counts hold during it.
+    fn feed(&mut self, d: &mut DeviceSweep, a: i64, b: i64) {
+        let windows = self.layout.windows;
         while d.next_window < d.windows.len() && windows[d.windows[d.next_window]].start < b {
-            d.active.push(d.windows[d.next_window]);
+            let w = d.windows[d.next_window];
+            if windows[w].end > a {
+                d.active.push((w, self.parts.len()));
+                self.parts.push((w, Breakdown::default(), 0));
+            }
             d.next_window += 1;
         }
-        d.active.retain(|&w| windows[w].end > a);
+        d.active.retain(|&(w, _)| windows[w].end > a);
         let all = running(&d.counts);
         // An idle stretch is listed once, in the earliest gap window that holds it (step spans
         // on a device can overlap: a pipelined run, or two processes sharing it).
         let mut listed = false;
         for i in 0..d.active.len() {
-            let w = d.active[i];
+            let (w, slot) = d.active[i];
             let win = &windows[w];
             let o = b.min(win.end).saturating_sub(a.max(win.start));
             if o <= 0 {
@@ -232,51 +245,94 @@ pub(super) fn sweep(
                 NO_STEP => all,
                 step => running(d.of_step(step)),
             };
+            let (_, part, covered) = &mut self.parts[slot];
             if own != 0 {
-                covered[w] = covered[w].saturating_add(o);
-                breakdowns[w].add_running(own, o);
+                *covered = covered.saturating_add(o);
+                part.add_running(own, o);
             } else if all != 0 {
-                covered[w] = covered[w].saturating_add(o);
-                breakdowns[w].other_work_ns = breakdowns[w].other_work_ns.saturating_add(o);
-            } else if let Some(g) = gap_of[w].filter(|_| !listed) {
+                *covered = covered.saturating_add(o);
+                part.other_work_ns = part.other_work_ns.saturating_add(o);
+            } else if let Some(g) = self.layout.gap_of[w].filter(|_| !listed) {
                 // Idle time is what the segments that ran something leave of the window; an idle
                 // stretch is only looked at as a gap.
                 listed = true;
-                heap.push(Stretch(a.max(win.start), b.min(win.end), g));
-                if heap.len() > top {
-                    heap.pop();
+                self.heap.push(Stretch(a.max(win.start), b.min(win.end), g));
+                if self.heap.len() > self.layout.top {
+                    self.heap.pop();
                 }
             }
         }
-    };
-    // Advance device `d` to time `t` (exclusive of starts at `t`): the segments up to each end
-    // before it, then up to `t`.
-    let mut advance = |d: &mut DeviceSweep, t: Option<i64>| loop {
-        let next_end = d.ends.peek().map(|e| e.0 .0);
-        let at = match (next_end, t) {
-            (Some(e), Some(t)) if e < t => e,
-            (Some(e), None) => e,
-            (_, Some(t)) => t,
-            (None, None) => break,
-        };
-        if let Some(p) = d.prev.filter(|&p| at > p) {
-            feed(d, p, at);
-        }
-        while d.ends.peek().is_some_and(|e| e.0 .0 == at) {
-            let std::cmp::Reverse((_, kind, step)) = d.ends.pop().expect("peeked");
-            d.counts[kind] -= 1;
-            if step != NO_STEP {
-                d.of_step(step)[kind] -= 1;
+    }
+
+    /// Advance device `d` to time `t` (exclusive of starts at `t`): the segments up to each end
+    /// before it, then up to `t`; with no `t`, up to its last end.
+    fn advance(&mut self, d: &mut DeviceSweep, t: Option<i64>) {
+        loop {
+            let next_end = d.ends.peek().map(|e| e.0 .0);
+            let at = match (next_end, t) {
+                (Some(e), Some(t)) if e < t => e,
+                (Some(e), None) => e,
+                (_, Some(t)) => t,
+                (None, None) => break,
+            };
+            if let Some(p) = d.prev.filter(|&p| at > p) {
+                self.feed(d, p, at);
+            }
+            while d.ends.peek().is_some_and(|e| e.0 .0 == at) {
+                let std::cmp::Reverse((_, kind, step)) = d.ends.pop().expect("peeked");
+                d.counts[kind] -= 1;
+                if step != NO_STEP {
+                    d.of_step(step)[kind] -= 1;
+                }
+            }
+            d.prev = Some(at);
+            if Some(at) == t {
+                break;
             }
         }
-        d.prev = Some(at);
-        if Some(at) == t {
-            break;
-        }
+    }
+}
+
+/// Where a slab begins: the ops started before it and still running at its start, and the time
+/// each device last reached (the latest end of its ops before the slab).
+#[derive(Default)]
+struct Entry {
+    running: Vec<Op>,
+    reached: FastMap<u32, i64>,
+}
+
+/// Sweep the ops of one slab (both lists sorted by start), from `entry` to `stop`, the next
+/// slab's start (none for the last). A device still busy at `stop` is swept up to it, the rest
+/// of its time being the next slab's; a device idle there stops at its last end, so that the idle
+/// stretch across the cut is swept whole by the next slab, from the time the device reached.
+fn sweep_slab<'a>(
+    layout: &'a Layout<'a>,
+    ops: [&[Op]; 2],
+    entry: Entry,
+    from: Option<i64>,
+    stop: Option<i64>,
+) -> Slab<'a> {
+    static NONE: [usize; 0] = [];
+    let mut slab = Slab {
+        layout,
+        parts: Vec::new(),
+        heap: BinaryHeap::new(),
     };
+    let windows_of = |device: u32| -> &'a [usize] {
+        layout.by_device.get(&device).map_or(&NONE[..], |v| &v[..])
+    };
+    let mut devices: FastMap<u32, DeviceSweep<'a>> = FastMap::default();
+    // A device busy at the slab's start is cut there: its running ops keep it busy, so the cut
+    // splits no idle stretch.
+    for op in &entry.running {
+        devices
+            .entry(op.device)
+            .or_insert_with(|| DeviceSweep::new(windows_of(op.device), from))
+            .push(op);
+    }
     let (mut i, mut j) = (0, 0);
     let [a, b] = ops;
-    let mut last: Option<(u32, DeviceSweep)> = None;
+    let mut last: Option<(u32, DeviceSweep<'a>)> = None;
     loop {
         let op = match (a.get(i), b.get(j)) {
             (Some(x), Some(y)) if y.start < x.start => {
@@ -298,23 +354,160 @@ pub(super) fn sweep(
             if let Some((dev, st)) = last.take() {
                 devices.insert(dev, st);
             }
-            let st = devices.remove(&op.device).unwrap_or_else(DeviceSweep::new);
+            let st = devices.remove(&op.device).unwrap_or_else(|| {
+                DeviceSweep::new(
+                    windows_of(op.device),
+                    entry.reached.get(&op.device).copied(),
+                )
+            });
             last = Some((op.device, st));
         }
         let d = &mut last.as_mut().expect("set above").1;
-        advance(d, Some(op.start));
-        d.counts[op.kind()] += 1;
-        if op.step != NO_STEP {
-            d.of_step(op.step)[op.kind()] += 1;
-        }
-        d.ends
-            .push(std::cmp::Reverse((op.end(), op.kind(), op.step)));
+        slab.advance(d, Some(op.start));
+        d.push(op);
     }
     if let Some((dev, st)) = last.take() {
         devices.insert(dev, st);
     }
     for d in devices.values_mut() {
-        advance(d, None);
+        slab.advance(d, stop.filter(|&t| d.max_end > t));
+    }
+    slab
+}
+/// Ops a slab holds at least: fewer are swept in one piece.
+const SLAB_OPS: usize = 1 << 16;
+
+/// Sweep `ops` (both lists sorted by start) device by device, cutting each device's timeline
+/// into segments and adding each segment to the windows it overlaps.
+///
+/// A long trace is cut in time into slabs swept side by side. A slab begins with the ops still
+/// running at its start, found among the ops that outlast the slabs before it; there a busy
+/// device's segment is split in two, which adds the same to every window, and an idle device is
+/// not cut at all. The slabs' parts of each window are added up and their idle stretches merged,
+/// so the result is the one sweep's.
+pub(super) fn sweep(
+    ops: [&[Op]; 2],
+    windows: &[Window],
+    gap_windows: &[usize],
+    top: usize,
+) -> Sweep {
+    let slabs =
+        ((ops[0].len() + ops[1].len()) / SLAB_OPS).clamp(1, 4 * rayon::current_num_threads());
+    sweep_in(ops, windows, gap_windows, top, slabs)
+}
+
+/// [`sweep`] in at most `count` slabs.
+fn sweep_in(
+    ops: [&[Op]; 2],
+    windows: &[Window],
+    gap_windows: &[usize],
+    top: usize,
+    count: usize,
+) -> Sweep {
+    let mut layout = Layout {
+        windows,
+        by_device: FastMap::default(),
+        gap_of: vec![None; windows.len()],
+        top,
+    };
+    for (g, &w) in gap_windows.iter().enumerate() {
+        layout.gap_of[w] = Some(g);
+    }
+    for (i, w) in windows.iter().enumerate() {
+        layout.by_device.entry(w.device).or_default().push(i);
+    }
+    for list in layout.by_device.values_mut() {
+        list.sort_by_key(|&i| windows[i].start);
+    }
+
+    // The slabs' starts: op starts, evenly spaced in the longer list, strictly increasing.
+    let longer = if ops[0].len() >= ops[1].len() {
+        ops[0]
+    } else {
+        ops[1]
+    };
+    let mut cuts: Vec<i64> = (1..count)
+        .map(|k| longer[k * longer.len() / count].start)
+        .collect();
+    cuts.dedup();
+    let first = ops.iter().filter_map(|l| l.first()).map(|o| o.start).min();
+    cuts.retain(|&t| first.is_some_and(|f| t > f));
+    let bounds: Vec<[&[Op]; 2]> = (0..=cuts.len())
+        .map(|k| {
+            ops.map(|list| {
+                let at = |c: Option<&i64>| {
+                    c.map_or(list.len(), |&t| list.partition_point(|o| o.start < t))
+                };
+                let from = if k == 0 { 0 } else { at(cuts.get(k - 1)) };
+                &list[from..at(cuts.get(k))]
+            })
+        })
+        .collect();
+
+    // Each slab's latest end per device, and its ops that outlast it.
+    let outlasting: Vec<(FastMap<u32, i64>, Vec<Op>)> = bounds
+        .par_iter()
+        .enumerate()
+        .map(|(k, slab)| {
+            let mut reached: FastMap<u32, i64> = FastMap::default();
+            let mut outlast = Vec::new();
+            for op in slab.iter().flat_map(|l| l.iter()) {
+                let e = reached.entry(op.device).or_insert(i64::MIN);
+                *e = (*e).max(op.end());
+                if cuts.get(k).is_some_and(|&t| op.end() > t) {
+                    outlast.push(*op);
+                }
+            }
+            (reached, outlast)
+        })
+        .collect();
+    let mut entries = Vec::with_capacity(bounds.len());
+    let mut entry = Entry::default();
+    for (k, (reached, outlast)) in outlasting.into_iter().enumerate() {
+        entries.push(Entry {
+            running: entry.running.clone(),
+            reached: entry.reached.clone(),
+        });
+        for (d, e) in reached {
+            let r = entry.reached.entry(d).or_insert(e);
+            *r = (*r).max(e);
+        }
+        entry.running.extend(outlast);
+        if let Some(&t) = cuts.get(k) {
+            entry.running.retain(|o| o.end() > t);
+        }
+    }
+
+    let slabs: Vec<Slab> = bounds
+        .into_par_iter()
+        .zip(entries)
+        .enumerate()
+        .map(|(k, (slab, entry))| {
+            let from = k.checked_sub(1).map(|k| cuts[k]);
+            sweep_slab(&layout, slab, entry, from, cuts.get(k).copied())
+        })
+        .collect();
+
+    let mut breakdowns: Vec<Breakdown> = windows
+        .iter()
+        .map(|w| Breakdown {
+            span_ns: w.end.saturating_sub(w.start),
+            ..Breakdown::default()
+        })
+        .collect();
+    let mut covered = vec![0i64; windows.len()];
+    let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
+    for slab in slabs {
+        for (w, part, c) in slab.parts {
+            breakdowns[w].add(&part);
+            covered[w] = covered[w].saturating_add(c);
+        }
+        for s in slab.heap {
+            heap.push(s);
+            if heap.len() > top {
+                heap.pop();
+            }
+        }
     }
     for (w, b) in breakdowns.iter_mut().enumerate() {
         b.idle_ns = b
@@ -355,4 +548,107 @@ pub(super) fn next_process(ops: [&[Op]; 2], device: u32, t: i64) -> Option<u32> 
         }
     }
     best.map(|b| b.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ops on three devices: bursts of overlapping ops with idle stretches between, a few long
+    /// ones, in steps whose spans overlap; their windows (each device's span, each step's span
+    /// owned by the step, and some unowned windows) with the steps as gap windows.
+    fn trace(seed: u64) -> (Vec<Op>, Vec<Op>, Vec<Window>, Vec<usize>) {
+        let mut state = seed;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let (mut kernels, mut rest) = (Vec::new(), Vec::new());
+        let mut steps: Vec<(u32, i64, i64)> = Vec::new();
+        for device in 0..3u32 {
+            let mut t = next(1000) as i64;
+            for i in 0..3000 {
+                t += if next(20) == 0 {
+                    5_000 + next(20_000) as i64
+                } else {
+                    next(300) as i64
+                };
+                let len = if next(200) == 0 {
+                    40_000
+                } else {
+                    1 + next(2_000) as i64
+                };
+                let step = (i / 500) as u32;
+                let step = if next(10) == 0 { NO_STEP } else { step };
+                let list = if next(4) == 0 {
+                    &mut rest
+                } else {
+                    &mut kernels
+                };
+                let kind = next(KINDS.len() as u64) as usize;
+                Op::pieces(t, t + len, step, device, next(3) as u32, kind, |o| {
+                    list.push(o)
+                });
+                if step != NO_STEP {
+                    match steps.iter_mut().find(|s| s.0 == device * 100 + step) {
+                        Some(s) => s.2 = s.2.max(t + len),
+                        None => steps.push((device * 100 + step, t, t + len)),
+                    }
+                }
+            }
+        }
+        kernels.sort_by_key(|o| o.start);
+        rest.sort_by_key(|o| o.start);
+        let mut windows = Vec::new();
+        let mut gaps = Vec::new();
+        for &(id, start, end) in &steps {
+            gaps.push(windows.len());
+            windows.push(Window {
+                device: id / 100,
+                start,
+                end,
+                owner: id % 100,
+            });
+        }
+        for device in 0..3 {
+            for k in 0..20 {
+                let start = next(3_000_000) as i64;
+                windows.push(Window {
+                    device,
+                    start,
+                    end: start + next(400_000) as i64 + 1,
+                    owner: NO_STEP,
+                });
+                if k == 0 {
+                    windows.push(Window {
+                        device,
+                        start: 0,
+                        end: i64::MAX / 4,
+                        owner: NO_STEP,
+                    });
+                }
+            }
+        }
+        (kernels, rest, windows, gaps)
+    }
+
+    /// Swept in slabs side by side, a trace gives what one sweep of it gives.
+    #[test]
+    fn slabs_sum_to_one_sweep() {
+        for seed in [1, 7, 42] {
+            let (kernels, rest, windows, gaps) = trace(seed);
+            // Every idle stretch listed, so that one split or swept twice would show.
+            for top in [10, usize::MAX] {
+                let one = sweep_in([&kernels, &rest], &windows, &gaps, top, 1);
+                assert!(one.gaps.len() >= 10 && one.breakdowns.iter().any(|b| b.other_work_ns > 0));
+                for count in [2, 3, 8, 50] {
+                    let cut = sweep_in([&kernels, &rest], &windows, &gaps, top, count);
+                    assert_eq!(cut.breakdowns, one.breakdowns, "seed {seed}, {count} slabs");
+                    assert_eq!(cut.gaps, one.gaps, "seed {seed}, {count} slabs");
+                }
+            }
+        }
+    }
 }
