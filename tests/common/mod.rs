@@ -63,3 +63,19 @@ pub fn unpacked(rel: &str, dir: &Path, name: &str) -> PathBuf {
     std::io::copy(&mut input, &mut std::fs::File::create(&path).unwrap()).unwrap();
     path
 }
+
+/// `(file, max_memory_allocated)` of each line of a `peaks.jsonl`: the allocator's own peak,
+/// measured on the GPU right after the snapshot of `file` was taken.
+pub fn measured_peaks(path: &Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["file"].as_str().unwrap().to_owned(),
+                v["max_memory_allocated"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}

@@ -505,16 +505,8 @@ fn pytorch_steps_replay_to_pytorchs_measured_peak() {
         .unwrap();
     common::assert_success(&out);
     let snaps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let peaks: HashMap<String, u64> = std::fs::read_to_string(dir.join("peaks.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["file"].as_str().unwrap().to_owned(),
-                v["max_memory_allocated"].as_u64().unwrap(),
-            )
-        })
+    let peaks: HashMap<String, u64> = common::measured_peaks(&dir.join("peaks.jsonl"))
+        .into_iter()
         .collect();
     for f in files {
         let snap = &snaps[f];

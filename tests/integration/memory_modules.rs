@@ -34,21 +34,6 @@ fn bytes_at_peak(r: &MemoryReport) -> u64 {
     r.modules.iter().map(|m| m.bytes_at_peak).sum()
 }
 
-/// `file -> max_memory_allocated` of a `peaks.jsonl`.
-fn measured_peaks(path: &Path) -> BTreeMap<String, u64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["file"].as_str().unwrap().to_owned(),
-                v["max_memory_allocated"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Every snapshot (`*.pickle`, `*.pickle.gz`) of a folder.
 fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -68,7 +53,7 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
 fn check_folder(dir: &Path) -> usize {
     let peaks = dir.join("peaks.jsonl");
     let measured = if peaks.exists() {
-        measured_peaks(&peaks)
+        common::measured_peaks(&peaks).into_iter().collect()
     } else {
         BTreeMap::new()
     };

@@ -11,16 +11,7 @@ use analyze::memory::phases::Phase;
 use analyze::memory::summary::{analyze, MemoryOptions, MemoryReport};
 
 fn peaks() -> Vec<(String, u64)> {
-    let text = std::fs::read_to_string(common::fixture("memsnap/peaks.jsonl")).unwrap();
-    text.lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["file"].as_str().unwrap().to_owned(),
-                v["max_memory_allocated"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    common::measured_peaks(&common::fixture("memsnap/peaks.jsonl"))
 }
 
 fn analyse(file: &str) -> MemoryReport {

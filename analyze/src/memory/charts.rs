@@ -12,10 +12,10 @@ use super::categories::{self, BUILTIN};
 use super::modules::{is_fixed_row, top_and_rest, ModuleShare};
 use super::phases::Phase;
 use super::summary::{category_order, Analysis, MemoryReport};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::render::plot::{
-    file_stem, write_chart, Band, Bar, Frame, HLine, ImageFormat, Marker, Series, StackedBars,
-    TimelineChart, PALETTE,
+    file_stem, longest_label, write_chart_files, Band, Bar, Frame, HLine, ImageFormat, Marker,
+    Series, StackedBars, TimelineChart, PALETTE,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -341,11 +341,7 @@ pub fn modules_chart(r: &MemoryReport, top: usize) -> StackedBars {
             }
         })
         .collect();
-    let longest = bars
-        .iter()
-        .map(|b| b.label.chars().count())
-        .max()
-        .unwrap_or(10) as u32;
+    let longest = longest_label(bars.iter().map(|b| b.label.as_str()));
     StackedBars {
         frame: Frame {
             title: format!("Memory at the peak by module: {}", r.label),
@@ -383,19 +379,17 @@ pub fn write_module_charts(
     top: usize,
     formats: &[ImageFormat],
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::PlotFolder {
-        path: dir.to_owned(),
-        source,
-    })?;
     let mut written = Vec::new();
     for r in reports {
         let stem = file_stem(&r.label, "snapshot");
         let chart = modules_chart(r, top);
-        for &f in formats {
-            let p = dir.join(format!("{stem}.modules.{}", f.extension()));
-            write_chart(&chart, &p, f)?;
-            written.push(p);
-        }
+        write_chart_files(
+            &chart,
+            dir,
+            &format!("{stem}.modules"),
+            formats,
+            &mut written,
+        )?;
     }
     Ok(written)
 }
@@ -408,32 +402,30 @@ pub fn write_charts(
     analyses: &[Analysis],
     formats: &[ImageFormat],
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::PlotFolder {
-        path: dir.to_owned(),
-        source,
-    })?;
     let mut written = Vec::new();
     for a in analyses {
         let stem = file_stem(&a.report.label, "snapshot");
         let timeline = timeline_chart(a);
+        write_chart_files(
+            &timeline,
+            dir,
+            &format!("{stem}.timeline"),
+            formats,
+            &mut written,
+        )?;
         let cats = categories_chart(&[&a.report]);
-        for &f in formats {
-            let p = dir.join(format!("{stem}.timeline.{}", f.extension()));
-            write_chart(&timeline, &p, f)?;
-            written.push(p);
-            let p = dir.join(format!("{stem}.categories.{}", f.extension()));
-            write_chart(&cats, &p, f)?;
-            written.push(p);
-        }
+        write_chart_files(
+            &cats,
+            dir,
+            &format!("{stem}.categories"),
+            formats,
+            &mut written,
+        )?;
     }
     if analyses.len() > 1 {
         let reports: Vec<&MemoryReport> = analyses.iter().map(|a| &a.report).collect();
         let chart = categories_chart(&reports);
-        for &f in formats {
-            let p = dir.join(format!("categories.{}", f.extension()));
-            write_chart(&chart, &p, f)?;
-            written.push(p);
-        }
+        write_chart_files(&chart, dir, "categories", formats, &mut written)?;
     }
     Ok(written)
 }

@@ -13,8 +13,8 @@ use crate::error::Result;
 use crate::kernels::class::KernelClass;
 use crate::profile::PhaseProfile;
 use crate::render::plot::{
-    draw_err, grid_style, legend_text, write_chart, Area, Chart, Frame, ImageFormat, StackedBars,
-    TimelineChart, FONT, PALETTE,
+    draw_err, grid_style, legend_text, longest_label, write_chart, Area, Chart, Frame, ImageFormat,
+    StackedBars, TimelineChart, FONT, PALETTE,
 };
 
 /// Any chart of the report.
@@ -70,11 +70,7 @@ pub fn class_bars(title: &str, subtitle: &str, bars: &[ClassBar<'_>]) -> Stacked
         .iter()
         .map(|&c| (c.label().to_owned(), class_color(c)))
         .collect();
-    let longest = bars
-        .iter()
-        .map(|b| b.label.chars().count())
-        .max()
-        .unwrap_or(10) as u32;
+    let longest = longest_label(bars.iter().map(|b| b.label.as_str()));
     StackedBars {
         frame: Frame {
             title: title.to_owned(),
@@ -133,12 +129,7 @@ impl Chart for LinePlot {
     }
 
     fn draw_body<DB: DrawingBackend>(&self, body: &Area<DB>, w: u32) -> Result<(), String> {
-        let longest = self
-            .series
-            .iter()
-            .map(|s| s.name.chars().count())
-            .max()
-            .unwrap_or(10) as u32;
+        let longest = longest_label(self.series.iter().map(|s| s.name.as_str()));
         let legend_w = (longest * 8 + 64).clamp(160, w / 2);
         let (plot_area, legend_area) = body.split_horizontally(w - legend_w);
 

@@ -11,7 +11,7 @@ use crate::attribution::operators::OperatorSource;
 use crate::error::Result;
 use crate::formats::run_metadata;
 use crate::model::trace::{StrId, Trace};
-use crate::render::plot::{write_chart, Frame, ImageFormat};
+use crate::render::plot::{write_chart_files, Frame, ImageFormat};
 use crate::roofline::chart::{Ceiling, Point, RooflineChart};
 use crate::roofline::flops::{cost, Cost, Formula, Recorded};
 use crate::roofline::peaks::{self, Peaks};
@@ -555,16 +555,14 @@ impl OperatorView {
         let Some(chart) = self.roofline_chart(stem) else {
             return Ok(Vec::new());
         };
-        std::fs::create_dir_all(dir).map_err(|source| crate::error::Error::PlotFolder {
-            path: dir.to_owned(),
-            source,
-        })?;
         let mut written = Vec::new();
-        for &f in formats {
-            let path = dir.join(format!("{stem}.roofline.{}", f.extension()));
-            write_chart(&chart, &path, f)?;
-            written.push(path);
-        }
+        write_chart_files(
+            &chart,
+            dir,
+            &format!("{stem}.roofline"),
+            formats,
+            &mut written,
+        )?;
         Ok(written)
     }
 }

@@ -234,6 +234,37 @@ pub fn write_chart(chart: &impl Chart, path: &Path, format: ImageFormat) -> Resu
     crate::atomic_file::write_file(path, &bytes)
 }
 
+/// Write `chart` into `dir` (made if need be) as `<name>.<ext>` in each of `formats`, adding
+/// the paths written to `written`.
+pub fn write_chart_files(
+    chart: &impl Chart,
+    dir: &Path,
+    name: &str,
+    formats: &[ImageFormat],
+    written: &mut Vec<std::path::PathBuf>,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| crate::error::Error::PlotFolder {
+        path: dir.to_owned(),
+        source,
+    })?;
+    for &f in formats {
+        let path = dir.join(format!("{name}.{}", f.extension()));
+        write_chart(chart, &path, f)?;
+        written.push(path);
+    }
+    Ok(())
+}
+
+/// The length in characters of the longest of `labels` (10 with none): what sizes a bar chart
+/// whose bars are labelled on the left.
+pub fn longest_label<'a>(labels: impl IntoIterator<Item = &'a str>) -> u32 {
+    labels
+        .into_iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(10) as u32
+}
+
 /// The end of a value axis whose largest value is `v`: a little headroom above it.
 pub(crate) fn nice_max(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
