@@ -1,6 +1,7 @@
 //! `analyze compare A B`: what changed between two GPU traces or two memory snapshots, and a CI
 //! gate on GPU kernel time.
 
+use analyze::cli::parse_whole;
 use std::path::{Path, PathBuf};
 
 use analyze::compare::memory::{compare_memory, sites_at_peak};
@@ -51,7 +52,7 @@ pub struct Args {
     pub fail_if_slower: Option<f64>,
     /// Rows per table (kernels, families, classes, per-call changes, passes, ranges,
     /// allocations; 0: all). CSV and JSON always have every row.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 25, value_parser = parse_whole::<usize>)]
     pub limit: usize,
     /// Print whole kernel names in text tables (the same as --wide).
     #[arg(long)]

@@ -32,19 +32,25 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print `nsys stats` reports (same rows, columns and numbers as Nsight Systems 2025.3).
+    #[command(allow_negative_numbers = true)]
     Stats(stats::Args),
     /// Compare two GPU traces (per-kernel, class and phase deltas; --fail-if-slower for CI) or two
     /// memory snapshots (peak and category deltas).
+    #[command(allow_negative_numbers = true)]
     Compare(compare::Args),
     /// Per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul inside attention.
+    #[command(allow_negative_numbers = true)]
     Profile(profile::Args),
     /// Peaks, timelines, top allocations, categories and plots from PyTorch memory snapshots.
+    #[command(allow_negative_numbers = true)]
     Memory(memory::Args),
     /// Report sections over a whole sweep: times, top kernels, GEMM fraction, softmax vs matmul,
     /// peak memory, plots; into DIR/report.md and DIR/report.json.
+    #[command(allow_negative_numbers = true)]
     Report(report::Args),
     /// Every GPU op (with its rank, step, phase and class), range and rank × step of a run as a
     /// Parquet dataset partitioned by rank, for DuckDB, Spark or pandas.
+    #[command(allow_negative_numbers = true)]
     Export(export::Args),
 }
 

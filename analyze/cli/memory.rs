@@ -1,5 +1,6 @@
 //! `analyze memory`: peaks, top allocations, categories and plots from PyTorch memory snapshots.
 
+use analyze::cli::parse_whole;
 use std::path::PathBuf;
 
 use analyze::memory::categories::Rules;
@@ -81,7 +82,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub categories: Option<PathBuf>,
     /// How many allocations to list at the peak (with --by module: how many modules).
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = parse_whole::<usize>)]
     pub top: usize,
     /// Group the memory by `module`: bytes live at the peak and allocations over the window per
     /// module or model function named by each block's stack.
@@ -92,7 +93,7 @@ pub struct Args {
     pub compare: bool,
     /// CUDA device to analyse (default: the one with the highest peak); a device a snapshot
     /// does not have is an error naming the ones it has.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_whole::<i64>)]
     pub device: Option<i64>,
     /// Output format: table, csv, json or markdown; parquet writes the files of --output as
     /// Parquet (stdout gets text tables).

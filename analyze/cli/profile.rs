@@ -1,5 +1,6 @@
 //! `analyze profile`: per-phase kernel time, GEMM fraction, top kernels and softmax vs matmul.
 
+use analyze::cli::parse_whole;
 use std::path::PathBuf;
 
 use analyze::profile::ranges::Attribution;
@@ -50,10 +51,10 @@ pub struct Args {
     pub profile: ProfileArgs,
     /// Only the GPU work of this device (and the host activity of the processes that ran work
     /// on it).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_whole::<u32>)]
     pub device: Option<u32>,
     /// Only the GPU work and host activity of this process (its pid).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = parse_whole::<u32>)]
     pub process: Option<u32>,
     /// Also break the kernel time of the measured steps down by PyTorch operator (`op`): the
     /// innermost operator call that launched each kernel (Kineto's `cpu_op` events, or the NVTX
@@ -100,7 +101,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub head_dim: Option<u32>,
     /// Non-GEMM kernels to list per phase.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = parse_whole::<usize>)]
     pub top: usize,
     /// The FLOPs one measured step of the model needs on one GPU (e.g. 6 x parameters x tokens
     /// for training), for its model FLOP utilisation (default: from the run metadata of a

@@ -2,7 +2,8 @@
 //! write the result to stdout, or end on an error with one `error: ...` line on stderr (the error
 //! and each cause it gives, every message said once) and exit status 2. A pipe closed by the
 //! reader (`analyze stats ... | head`) is not an error: the binary ends quietly with status 0.
-//! Nothing here parses arguments; the binaries do that with clap.
+//! The binaries parse their arguments with clap; the whole numbers they take are read here, so
+//! that a bad one is refused with a sentence saying what is expected.
 
 use std::error::Error;
 use std::io::Write;
@@ -52,6 +53,21 @@ pub fn exit_on_error(err: &(dyn Error + 'static)) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A whole-number argument (a count, a size, an id): `s` as a `T`, or a sentence saying what is
+/// expected (`-1` for a count: "`-1` is below 0: give a whole number of 0 or more").
+pub fn parse_whole<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
+    let v: i128 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number: give one of 0 or more"))?;
+    if v < 0 {
+        return Err(format!(
+            "`{s}` is below 0: give a whole number of 0 or more"
+        ));
+    }
+    T::try_from(v).map_err(|_| format!("`{s}` is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +100,20 @@ mod tests {
     fn a_closed_pipe_anywhere_in_the_chain_is_found() {
         let e = Outer(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         assert!(is_broken_pipe(&e));
+    }
+
+    #[test]
+    fn whole_numbers_are_refused_with_a_sentence() {
+        assert_eq!(parse_whole::<usize>(" 12"), Ok(12));
+        assert_eq!(
+            parse_whole::<usize>("-1").unwrap_err(),
+            "`-1` is below 0: give a whole number of 0 or more"
+        );
+        assert!(parse_whole::<u32>("4294967296")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_whole::<u64>("1.5")
+            .unwrap_err()
+            .contains("not a whole number"));
     }
 }

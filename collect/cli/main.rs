@@ -5,6 +5,7 @@
 
 mod usage;
 
+use analyze::cli::parse_whole;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,10 +36,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Time steps of the model over a grid of sizes, contexts, modes and precisions.
+    #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
     /// Parameters, FLOPs per step and memory of one configuration (no GPU needed).
+    #[command(allow_negative_numbers = true)]
     Plan(PlanArgs),
     /// One forward and backward on fixed weights, written as safetensors for a PyTorch check.
+    #[command(allow_negative_numbers = true)]
     Numerics(NumericsArgs),
     /// Time the attention core alone (naive and FlashAttention-2) over head widths, sequence
     /// lengths and precisions: forward, backward, memory before the backward, peak.
@@ -48,9 +52,11 @@ enum Command {
     /// 256,1024,4096,8192,16384, fp32, with a causal mask, 100 forward then 100 backward passes
     /// after warm-up, each synchronised. A preset sets the whole grid; flags beside it override
     /// it. A phase stops after --max-seconds of passes once 5 have run.
+    #[command(allow_negative_numbers = true)]
     Attention(AttentionArgs),
     /// The assignment's mixed-precision experiments: accumulation, the ToyModel under autocast,
     /// LayerNorm in fp16 and bf16.
+    #[command(allow_negative_numbers = true)]
     Precision(PrecisionArgs),
 }
 
@@ -86,13 +92,13 @@ impl CheckpointArg {
 #[derive(Args)]
 struct ModelArgs {
     /// Custom width (with --d-ff, --layers, --heads, instead of --size).
-    #[arg(long, requires_all = ["d_ff", "layers", "heads"], conflicts_with = "size")]
+    #[arg(long, requires_all = ["d_ff", "layers", "heads"], conflicts_with = "size", value_parser = parse_whole::<usize>)]
     d_model: Option<usize>,
-    #[arg(long, requires = "d_model")]
+    #[arg(long, requires = "d_model", value_parser = parse_whole::<usize>)]
     d_ff: Option<usize>,
-    #[arg(long, requires = "d_model")]
+    #[arg(long, requires = "d_model", value_parser = parse_whole::<usize>)]
     layers: Option<usize>,
-    #[arg(long, requires = "d_model")]
+    #[arg(long, requires = "d_model", value_parser = parse_whole::<usize>)]
     heads: Option<usize>,
 }
 
@@ -115,9 +121,9 @@ struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Context lengths (comma-separated list).
-    #[arg(long, value_delimiter = ',', default_value = "256")]
+    #[arg(long, value_delimiter = ',', default_value = "256", value_parser = parse_whole::<usize>)]
     ctx: Vec<usize>,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = parse_whole::<usize>)]
     batch: usize,
     /// forward, forward-backward, train (comma-separated list).
     #[arg(long, value_delimiter = ',', default_value = "forward")]
@@ -130,10 +136,10 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "naive")]
     attention: Vec<String>,
     /// Untimed steps before the measurement.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_whole::<usize>)]
     warmup: usize,
     /// Timed steps.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = parse_whole::<usize>)]
     steps: usize,
     /// Let fp32 GEMMs use TF32 tensor cores.
     #[arg(long)]
@@ -141,7 +147,7 @@ struct BenchArgs {
     #[command(flatten)]
     checkpoint: CheckpointArg,
     /// Seed of the weights and tokens.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_whole::<u64>)]
     seed: u64,
     /// Write the results (all step times, device, memory) as JSON to this file.
     #[arg(long)]
@@ -170,7 +176,7 @@ struct BenchArgs {
     /// With the overlapped optimizer: SMs left to it while the backward's GEMMs run beside its
     /// updates (cuBLAS plans them for the others); 0 lets the GEMMs plan for every SM. Default:
     /// 16 in bf16 runs, 0 in fp32 runs.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<u32>)]
     optimizer_sms: Option<u32>,
     /// Replay each step from CUDA graphs captured at the second step (the NVTX ranges and the
     /// AdamW updates stay the host's, as in an eager step); uses the caching allocator.
@@ -186,9 +192,9 @@ struct RunArgs {
     size: String,
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = parse_whole::<usize>)]
     ctx: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = parse_whole::<usize>)]
     batch: usize,
     #[arg(long, default_value = "fp32")]
     precision: String,
@@ -243,7 +249,7 @@ struct PlanArgs {
 struct NumericsArgs {
     #[command(flatten)]
     run: RunArgs,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_whole::<u64>)]
     seed: u64,
     /// Write every gradient (default: embedding, first and last block, final norm, head).
     #[arg(long)]
@@ -289,16 +295,16 @@ struct AttentionArgs {
     #[arg(long = "impl", value_delimiter = ',')]
     impls: Option<Vec<String>>,
     /// Head widths (comma-separated list) [default: 16,32,64,128].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = parse_whole::<usize>)]
     d: Option<Vec<usize>>,
     /// Sequence lengths (comma-separated list) [default: 256,1024,4096,8192,16384].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = parse_whole::<usize>)]
     seq: Option<Vec<usize>>,
     /// [default: 8]
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<usize>)]
     batch: Option<usize>,
     /// [default: 1, no head dimension]
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<usize>)]
     heads: Option<usize>,
     /// fp32, bf16 (comma-separated list) [default: fp32].
     #[arg(long, value_delimiter = ',')]
@@ -310,16 +316,16 @@ struct AttentionArgs {
     #[arg(long)]
     no_causal: bool,
     /// Timed forward passes, then timed backward passes, per configuration [default: 100].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<usize>)]
     passes: Option<usize>,
     /// Forward and backward passes before the timed ones [default: 5].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<usize>)]
     warmup: Option<usize>,
     /// Stop a phase after this many seconds of passes, once 5 have run [default: 3].
     #[arg(long)]
     max_seconds: Option<f64>,
     /// Seed of Q, K, V and dO.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_whole::<u64>)]
     seed: u64,
     /// Write the rows as a JSON array to this file.
     #[arg(long)]

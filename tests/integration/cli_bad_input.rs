@@ -474,3 +474,31 @@ fn nsys_rep_whose_export_fails() {
         .unwrap();
     assert_one_line_error(&out, &rep, "cannot open report");
 }
+
+/// A whole number below zero is refused by both binaries with a sentence saying what is
+/// expected, not taken for an unknown flag.
+#[test]
+fn numbers_below_zero_are_refused_with_a_sentence() {
+    let f = common::fixture("nsys/torch_small_ctx128_train_fp32.sqlite.gz");
+    let f = f.to_str().unwrap();
+    let (analyze, collect) = (env!("CARGO_BIN_EXE_analyze"), env!("CARGO_BIN_EXE_collect"));
+    for (bin, args) in [
+        (analyze, vec!["profile", "--top", "-1", f]),
+        (analyze, vec!["profile", "--device", "-2", f]),
+        (analyze, vec!["compare", "--limit", "-3", f, f]),
+        (analyze, vec!["memory", "--top", "-4", f]),
+        (collect, vec!["plan", "--ctx", "-1"]),
+    ] {
+        let out = std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = common::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("is below 0: give a whole number of 0 or more"),
+            "{args:?}: {err}"
+        );
+    }
+}
