@@ -1,7 +1,7 @@
-//! What the binaries print when clap refuses their arguments: one `error: ...` line and one line
-//! naming the help to read (`see 'collect plan --help'`), exit status 2, as every other error of
+//! What the binaries print when clap refuses their arguments: one `error: ...` line that ends
+//! naming the help to read (`(see 'collect plan --help')`), exit status 2, as every other error of
 //! theirs. clap's own report (the message, tips, the usage and a pointer to `--help`, over
-//! several lines) is folded into those two lines; `--help`, `--version` and a missing subcommand
+//! several lines) is folded into that line; `--help`, `--version` and a missing subcommand
 //! still print clap's help. Shared by `analyze` and `collect` (each includes this file), as clap
 //! stays out of the libraries.
 
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 
-/// Prints `e` in two lines and returns status 2, or lets clap print help or the version.
+/// Prints `e` in one line and returns status 2, or lets clap print help or the version.
 /// `command` is the binary's clap command, to name the subcommand whose help to read.
 pub fn exit_on_parse_error(e: clap::Error, command: &clap::Command) -> ExitCode {
     match e.kind() {
@@ -22,7 +22,7 @@ pub fn exit_on_parse_error(e: clap::Error, command: &clap::Command) -> ExitCode 
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
             eprintln!(
-                "{}\nsee '{} --help'",
+                "{} (see '{} --help')",
                 fold(&e.to_string()),
                 path(command, &args)
             );

@@ -475,8 +475,8 @@ fn nsys_rep_whose_export_fails() {
     assert_one_line_error(&out, &rep, "cannot open report");
 }
 
-/// A whole number below zero is refused by both binaries with a sentence saying what is
-/// expected, not taken for an unknown flag.
+/// A whole number below zero is refused by both binaries in one line, with a sentence saying
+/// what is expected (not taken for an unknown flag) and the help to read.
 #[test]
 fn numbers_below_zero_are_refused_with_a_sentence() {
     let f = common::fixture("nsys/torch_small_ctx128_train_fp32.sqlite.gz");
@@ -489,16 +489,14 @@ fn numbers_below_zero_are_refused_with_a_sentence() {
         (analyze, vec!["memory", "--top", "-4", f]),
         (collect, vec!["plan", "--ctx", "-1"]),
     ] {
-        let out = std::process::Command::new(bin)
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = Command::new(bin).args(&args).output().unwrap();
         let err = common::text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        let first = err.lines().next().unwrap_or_default();
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(
-            first.contains("is below 0: give a whole number of 0 or more"),
+            err.contains("is below 0: give a whole number of 0 or more"),
             "{args:?}: {err}"
         );
+        assert!(err.trim_end().ends_with(" --help')"), "{args:?}: {err}");
     }
 }
