@@ -2,6 +2,7 @@
 //! gate on GPU kernel time.
 
 use analyze::cli::parse_whole;
+use analyze::source::many;
 use std::path::{Path, PathBuf};
 
 use analyze::compare::memory::{compare_memory, sites_at_peak};
@@ -34,9 +35,10 @@ use crate::Outcome;
                   above A's, 2 for unreadable input or bad usage."
 )]
 pub struct Args {
-    /// The baseline trace or snapshot.
+    /// The baseline trace or snapshot; a folder of per-rank traces is one run.
     pub a: PathBuf,
-    /// The trace or snapshot compared against the baseline.
+    /// The trace or snapshot compared against the baseline; a folder of per-rank traces is one
+    /// run.
     pub b: PathBuf,
     /// Output format: table, csv, json or markdown; parquet writes the files of --output as
     /// Parquet (stdout gets text tables).
@@ -79,8 +81,11 @@ fn parse_pct(s: &str) -> Result<f64, String> {
 /// Whether the pair is two snapshots (`true`) or two traces (`false`); refuses a mixed pair
 /// before either is read in full.
 fn pair_kind(a: &Path, b: &Path) -> anyhow::Result<bool> {
-    let snapshot_a = formats::detect(a)? == Kind::TorchSnapshot;
-    let snapshot_b = formats::detect(b)? == Kind::TorchSnapshot;
+    // A folder is a run of per-rank traces.
+    let snapshot = |p: &Path| -> anyhow::Result<bool> {
+        Ok(!p.is_dir() && formats::detect(p)? == Kind::TorchSnapshot)
+    };
+    let (snapshot_a, snapshot_b) = (snapshot(a)?, snapshot(b)?);
     if snapshot_a != snapshot_b {
         let (snap, trace) = if snapshot_a { (a, b) } else { (b, a) };
         anyhow::bail!(
@@ -123,8 +128,8 @@ pub fn run(mut args: Args) -> anyhow::Result<Outcome> {
         return run_memory(&args, &opts);
     }
     let classifier = profile::classifier(args.classes.as_deref())?;
-    let a = formats::load_trace(&args.a)?;
-    let b = formats::load_trace(&args.b)?;
+    let a = many::load_trace_or_run(&args.a, &classifier)?;
+    let b = many::load_trace_or_run(&args.b, &classifier)?;
     let comparison = compare::compare_traces(&a, &b, &classifier, &ProfileOptions::default());
     let doc = compare::document(&comparison, &opts);
     let whole = compare::document(&comparison, &WHOLE);

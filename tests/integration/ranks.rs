@@ -249,3 +249,25 @@ fn the_cli_reads_a_folder_or_files_as_one_run() {
         serde_json::from_value(a["clock_offsets_ns"].clone()).unwrap();
     assert_eq!(offsets.len(), 2);
 }
+
+/// `compare` of two folders of per-rank exports compares two runs: each side's kernel count and
+/// time are its files' summed by plain SQL.
+#[test]
+fn compare_reads_each_folder_as_one_run() {
+    let out = common::analyze(&[
+        "compare",
+        "--format",
+        "json",
+        common::fixture(NSYS_EVEN).to_str().unwrap(),
+        common::fixture(NSYS_SLOW).to_str().unwrap(),
+    ]);
+    let c = common::json_stdout(&out);
+    for (side, folder) in [("a", NSYS_EVEN), ("b", NSYS_SLOW)] {
+        let files = nsys_by_sql(folder);
+        assert_eq!(files.len(), 2);
+        let count: i64 = files.iter().map(|f| f.1).sum();
+        let ns: i64 = files.iter().map(|f| f.2).sum();
+        assert_eq!(c[side]["kernel_instances"], count, "{side}");
+        assert_eq!(c[side]["kernel_time"], ns, "{side}");
+    }
+}

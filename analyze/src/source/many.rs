@@ -126,6 +126,18 @@ fn is_trace_name(p: &Path) -> bool {
     name.ends_with(".sqlite") || name.ends_with(".nsys-rep") || name.ends_with(".json")
 }
 
+/// The trace of `path`: a file's own, or, for a folder of per-rank files, the run they make
+/// merged into one trace (a folder of one file is that file).
+pub fn load_trace_or_run(path: &Path, classifier: &Classifier) -> Result<Trace> {
+    if !path.is_dir() {
+        return crate::formats::load_trace(path);
+    }
+    match &expand(&[path.to_owned()])?[..] {
+        [one] => crate::formats::load_trace(one),
+        files => Ok(load_run(files, classifier)?.trace),
+    }
+}
+
 /// Load `paths` side by side and merge them into one run.
 pub fn load_run(paths: &[PathBuf], classifier: &Classifier) -> Result<Run> {
     let traces: Vec<Trace> = paths
