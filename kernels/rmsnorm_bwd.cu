@@ -71,6 +71,19 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float4 c) {
     return a.x * b.x * c.x + a.y * b.y * c.y + a.z * b.z * c.z + a.w * b.w * c.w;
 }
 
+// Row `row` (its first element) of dy, x and dres (zero without dres), thread t's float4 columns.
+template <int V>
+__device__ __forceinline__ void load_row(const float* dy, const float* x, const float* dres, i64 row, int d,
+                                         float4 (&g4)[V], float4 (&x4)[V], float4 (&res4)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int c = threadIdx.x + k * RMS_BWD_THREADS;
+        g4[k] = ld4(dy + row, c, d);
+        x4[k] = ld4(x + row, c, d);
+        res4[k] = dres != 0 ? ld4(dres + row, c, d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
 template <int V>
 __device__ void rmsnorm_bwd_fused_body(const float* dy, const float* x, const float* w, const float* rstd,
                                        const float* dres, float* dx, bf16_t* dx_bf16, float* dw, float* parts,
@@ -82,21 +95,20 @@ __device__ void rmsnorm_bwd_fused_body(const float* dy, const float* x, const fl
         acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     const int r0 = blockIdx.x * rows_per_block, r1 = min(rows, r0 + rows_per_block);
+    // The next row's loads are issued before this row's sum and writes, so that a block's rows
+    // wait for memory once rather than once each (rows are the block's own: dx aliasing dres
+    // only ever aliases the row being written).
+    float4 g4[V], x4[V], res4[V];
+    if (r0 < r1) load_row(dy, x, dres, (i64)r0 * d, d, g4, x4, res4);
     for (int r = r0; r < r1; ++r) {
         const i64 row = (i64)r * d;
-        float4 g4[V], x4[V], res4[V];
         float dot = 0.0f;
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            const int c = threadIdx.x + k * RMS_BWD_THREADS;
-            g4[k] = ld4(dy + row, c, d);
-            x4[k] = ld4(x + row, c, d);
-            res4[k] = dres != 0 ? ld4(dres + row, c, d) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
         for (int k = 0; k < V; ++k) dot += dot4(g4[k], wk[k], x4[k]);
-        dot = block_sum(dot);
+        float4 gn[V], xn[V], resn[V];
+        if (r + 1 < r1) load_row(dy, x, dres, row + d, d, gn, xn, resn);
         const float rs = rstd[r];
+        dot = block_sum(dot);
         const float cr = rs * rs * rs * dot / (float)d;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -118,6 +130,12 @@ __device__ void rmsnorm_bwd_fused_body(const float* dy, const float* x, const fl
             acc[k].y += g4[k].y * x4[k].y * rs;
             acc[k].z += g4[k].z * x4[k].z * rs;
             acc[k].w += g4[k].w * x4[k].w * rs;
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            g4[k] = gn[k];
+            x4[k] = xn[k];
+            res4[k] = resn[k];
         }
     }
 #pragma unroll
