@@ -271,3 +271,51 @@ fn compare_reads_each_folder_as_one_run() {
         assert_eq!(c[side]["kernel_time"], ns, "{side}");
     }
 }
+
+/// `report` over the folder of the rank fixtures makes one run of each folder of rank files:
+/// both ranks' kernels (the files' sums by plain SQL), a rank table of two, and the planted
+/// straggler named in the slowed runs only.
+#[test]
+fn report_reads_each_folder_of_rank_files_as_one_run() {
+    let out = tempfile::tempdir().unwrap();
+    let o = common::analyze(&[
+        "report",
+        "-q",
+        "--no-plots",
+        "-o",
+        out.path().to_str().unwrap(),
+        common::fixture("ranks").to_str().unwrap(),
+    ]);
+    common::assert_success(&o);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap())
+            .unwrap();
+    let traces = report["inputs"]["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 4);
+    for folder in [NSYS_EVEN, NSYS_SLOW, KINETO_EVEN, KINETO_SLOW] {
+        let t = traces
+            .iter()
+            .find(|t| t["file"].as_str().unwrap().contains(&format!("{folder}/")))
+            .unwrap_or_else(|| panic!("{folder}: {traces:?}"));
+        assert!(t["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("and 1 more rank file"));
+        assert_eq!(
+            t["profile"]["ranks"].as_array().unwrap().len(),
+            2,
+            "{folder}"
+        );
+        let named = &t["profile"]["straggler"]["rank"];
+        assert_eq!(
+            named.as_u64(),
+            folder.contains("slow").then_some(0),
+            "{folder}"
+        );
+        if folder.starts_with("ranks/nsys") {
+            let files = nsys_by_sql(folder);
+            let count: i64 = files.iter().map(|f| f.1).sum();
+            assert_eq!(t["kernels"], count, "{folder}");
+        }
+    }
+}

@@ -6,7 +6,9 @@
 //! loader's error. A file found by walking a folder that is not a profile (a CSV, a README, a
 //! `peaks.jsonl`) or that cannot be read is skipped and listed in the report with the reason, so
 //! one bad file does not sink a whole sweep. A `.nsys-rep` beside its `.sqlite` export is skipped
-//! in favour of the export. Each file is analysed as soon as it is read and then dropped, so a
+//! in favour of the export. The per-rank files of one run found in a folder (names that differ
+//! only in the number after `rank`, ranks 0 to n − 1: [`many::rank_runs`]) are one run, read as
+//! `profile` reads them. Each file is analysed as soon as it is read and then dropped, so a
 //! sweep of many large traces never sits in memory at once.
 
 use std::path::{Path, PathBuf};
@@ -18,10 +20,11 @@ use crate::kernels::class::Classifier;
 use crate::memory::categories::Rules;
 use crate::memory::charts::timeline_chart;
 use crate::memory::summary::{analyze, MemoryOptions};
-use crate::model::trace::Trace;
-use crate::profile::{profile_source, ProfileOptions, PER_CALL, PER_KERNEL};
+use crate::model::trace::{SourceFormat, Trace};
+use crate::profile::{profile_run, profile_source, Profile, ProfileOptions, PER_CALL, PER_KERNEL};
 use crate::source::export::ExportSource;
 use crate::source::loaded::LoadedSource;
+use crate::source::many;
 use crate::source::TraceSource;
 
 use super::bench::{looks_like_bench, parse as parse_bench};
@@ -44,10 +47,12 @@ pub struct LoadOptions<'a> {
     pub labels: Vec<(PathBuf, String)>,
 }
 
-/// A file to read, and whether it was named directly (errors are fatal) or found in a folder.
+/// A file to read, and whether it was named directly (errors are fatal) or found in a folder;
+/// or the per-rank files of one run found in a folder (`path` the first of them).
 struct Candidate {
     path: PathBuf,
     named: bool,
+    ranks: Vec<PathBuf>,
 }
 
 /// Every file under `dir`, sorted by path, hidden files and folders left out.
@@ -79,16 +84,23 @@ fn candidates(paths: &[PathBuf]) -> Result<Vec<Candidate>> {
         if p.is_dir() {
             let mut files = Vec::new();
             walk(p, &mut files)?;
-            out.extend(
-                files
-                    .into_iter()
-                    .map(|path| Candidate { path, named: false }),
-            );
+            out.extend(many::rank_runs(files).into_iter().map(|mut run| {
+                let path = run[0].clone();
+                if run.len() == 1 {
+                    run.clear();
+                }
+                Candidate {
+                    path,
+                    named: false,
+                    ranks: run,
+                }
+            }));
         } else {
             formats::check_file(p)?;
             out.push(Candidate {
                 path: p.clone(),
                 named: true,
+                ranks: Vec::new(),
             });
         }
     }
@@ -126,13 +138,48 @@ fn trace_run<S: TraceSource>(
     labelled: Labelled,
     opts: &LoadOptions<'_>,
 ) -> Result<TraceRun> {
+    let file = trace.source.path.display().to_string();
+    let format = trace.source.format;
+    finish_trace_run(file, format, labelled, opts, |popts| {
+        profile_source(source, trace, opts.classifier, popts)
+    })
+}
+
+/// The per-rank files of one run, merged and profiled as one run, labelled by its first file.
+fn rank_run(files: &[PathBuf], opts: &LoadOptions<'_>) -> Result<TraceRun> {
+    let run = many::load_run(files, opts.classifier)?;
+    let first = &files[0];
+    let labelled = label_run(
+        &first.display().to_string(),
+        Some(&run.trace.source.run),
+        user_label(&opts.labels, first),
+    );
+    let more = files.len() - 1;
+    let file = format!(
+        "{} and {more} more rank file{}",
+        first.display(),
+        if more == 1 { "" } else { "s" }
+    );
+    let format = run.trace.source.format;
+    finish_trace_run(file, format, labelled, opts, |popts| {
+        let profile = profile_run(&run, opts.classifier, popts, None)?;
+        Ok((profile, run.trace.kernels.len()))
+    })
+}
+
+/// A trace run from its profile, which `profile` makes with the run's options.
+fn finish_trace_run(
+    file: String,
+    format: SourceFormat,
+    labelled: Labelled,
+    opts: &LoadOptions<'_>,
+    profile: impl FnOnce(&ProfileOptions) -> Result<(Profile, usize)>,
+) -> Result<TraceRun> {
     let mut popts = opts.profile.clone();
     if popts.head_dim.is_none() {
         popts.head_dim = labelled.head_dim;
     }
-    let file = trace.source.path.display().to_string();
-    let format = trace.source.format;
-    let (profile, kernels) = profile_source(source, trace, opts.classifier, &popts)?;
+    let (profile, kernels) = profile(&popts)?;
     Ok(TraceRun {
         label: labelled.label,
         file,
@@ -305,7 +352,12 @@ pub fn load(
                 continue;
             }
         }
-        match load_one(&c.path, opts) {
+        let loaded = if c.ranks.is_empty() {
+            load_one(&c.path, opts)
+        } else {
+            rank_run(&c.ranks, opts).map(|t| Loaded::Trace(Box::new(t)))
+        };
+        match loaded {
             Ok(loaded) => {
                 progress(&format!(
                     "[{}/{total}] {shown}: {}",

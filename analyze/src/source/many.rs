@@ -256,6 +256,60 @@ pub fn rank_in_name(path: &Path) -> Option<u32> {
         .flatten()
 }
 
+/// `path`'s rank where its name says `rank` before it (`rank3`, `rank_3`, `rank-3`), with the
+/// name the number leaves (`run_rank.sqlite`), which the other ranks' files share.
+fn rank_word(path: &Path) -> Option<(String, u32)> {
+    let name = path.file_name()?.to_string_lossy().to_lowercase();
+    let i = name.rfind("rank")? + 4;
+    let sep = usize::from(name[i..].starts_with(['_', '-']));
+    let digits = name[i + sep..]
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    let rank = name[i + sep..i + sep + digits].parse().ok()?;
+    Some((
+        format!("{}{}", &name[..i + sep], &name[i + sep + digits..]),
+        rank,
+    ))
+}
+
+/// `files` (in order) cut into runs: the files of one folder whose names differ only in a rank
+/// number after the word `rank`, ranks 0 to n − 1 with n ≥ 2, make one run (in rank order, at the
+/// place of the first); every other file is a run of its own. Stricter than the rule `profile`
+/// uses for the files it is given as one run, so that a folder of a sweep's files
+/// (`ctx_128.sqlite`, `ctx_256.sqlite`) is never taken for ranks.
+pub fn rank_runs(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
+    // The folder and the name without its rank number.
+    let key = |p: &PathBuf| rank_word(p).map(|(name, _)| p.with_file_name(name));
+    let mut sets: HashMap<PathBuf, Vec<(u32, PathBuf)>> = HashMap::new();
+    for f in &files {
+        if let (Some(k), Some((_, rank))) = (key(f), rank_word(f)) {
+            sets.entry(k).or_default().push((rank, f.clone()));
+        }
+    }
+    let is_run = |set: &Vec<(u32, PathBuf)>| {
+        let ranks: BTreeSet<u32> = set.iter().map(|s| s.0).collect();
+        set.len() >= 2 && ranks.len() == set.len() && ranks.iter().copied().eq(0..set.len() as u32)
+    };
+    let mut out = Vec::new();
+    let mut placed: BTreeSet<PathBuf> = BTreeSet::new();
+    for f in files {
+        if placed.contains(&f) {
+            continue;
+        }
+        match key(&f).and_then(|k| sets.get(&k)).filter(|set| is_run(set)) {
+            Some(set) => {
+                let mut set = set.clone();
+                set.sort();
+                placed.extend(set.iter().map(|s| s.1.clone()));
+                out.push(set.into_iter().map(|s| s.1).collect());
+            }
+            None => out.push(vec![f]),
+        }
+    }
+    out
+}
+
 /// End times of the trace's communication kernels, in order.
 fn collective_ends(trace: &Trace, classifier: &Classifier) -> Vec<i64> {
     let mut class_of: HashMap<StrId, bool> = HashMap::new();
@@ -508,6 +562,33 @@ mod tests {
         assert_eq!(r("worker_7.sqlite.gz"), Some(7));
         assert_eq!(r("torch_small_ctx128.sqlite"), None);
         assert_eq!(r("ranks.json"), None);
+    }
+
+    #[test]
+    fn a_folders_rank_files_make_one_run_and_a_sweeps_files_do_not() {
+        let paths = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(PathBuf::from).collect() };
+        let runs = rank_runs(paths(&[
+            "a/ctx_128.sqlite",
+            "a/ctx_256.sqlite",
+            "a/job_rank1.sqlite",
+            "a/job_rank0.sqlite",
+            "a/job_rank1.nsys-rep",
+            "a/other_rank0.json",
+            "a/other_rank2.json",
+            "b/job_rank0.sqlite",
+        ]));
+        assert_eq!(
+            runs,
+            [
+                paths(&["a/ctx_128.sqlite"]),
+                paths(&["a/ctx_256.sqlite"]),
+                paths(&["a/job_rank0.sqlite", "a/job_rank1.sqlite"]),
+                paths(&["a/job_rank1.nsys-rep"]),
+                paths(&["a/other_rank0.json"]),
+                paths(&["a/other_rank2.json"]),
+                paths(&["b/job_rank0.sqlite"]),
+            ]
+        );
     }
 
     #[test]
