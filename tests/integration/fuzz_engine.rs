@@ -7,18 +7,31 @@
 //! runs past the hang limit fails the test; the input is copied to `target/fuzz-failures/` and
 //! the line to reproduce it is printed.
 //!
+//! The hang limit is counted in work, not in waiting: a case hangs once, while it ran, the process
+//! has spent the limit in CPU time for each worker thread (the cases side by side share it), and
+//! at least as long has passed. A campaign runs at the lowest priority beside other builds, where
+//! a case of a fraction of a second's work can wait many seconds for a core; counted on the wall
+//! clock alone, that wait read as a hang. A case that waits without working (a deadlock) is a
+//! hang once [`WAIT_FACTOR`] times the limit has passed. A hang names and keeps the cases running
+//! beside it too: the case at fault may be one of them, holding the memory or the cores the first
+//! waits for.
+//!
 //! Environment:
 //! - `FUZZ_CASES`: cases per fuzz test (each test has a small default, so the suite stays fast);
 //! - `FUZZ_SEED`: the seed of the campaign (default 1);
 //! - `FUZZ_FIRST`: the number of the first case (default 0), to split a campaign or replay one
 //!   case (`FUZZ_FIRST=N FUZZ_CASES=1`);
 //! - `FUZZ_THREADS`: worker threads (default 1);
-//! - `FUZZ_HANG_SECS`: the limit a case may run (default 60: the suite's unoptimised build runs
-//!   a case many times slower than `scripts/bench/fuzz.sh`'s, which sets 10, and beside other
-//!   tests).
+//! - `FUZZ_HANG_SECS`: the limit a case may run, in seconds of CPU time per worker (default 60:
+//!   the suite's unoptimised build runs a case many times slower than `scripts/bench/fuzz.sh`'s,
+//!   which sets 10, and beside other tests);
+//! - `FUZZ_MEMORY_GIB`: the most memory the process may hold resident, in GiB (default none: in
+//!   the suite other tests share the process; `scripts/bench/fuzz.sh` sets 8). Past it, the cases
+//!   running are failures, as for a hang.
 //!
-//! Each test ends by printing one `fuzz NAME: ...` line with its counts; `scripts/bench/fuzz.sh`
-//! adds them up.
+//! A test builds its base inputs before calling [`Campaign::run`], so that the first cases are
+//! not timed building them. Each test ends by printing one `fuzz NAME: ...` line with its counts
+//! and the slowest case's number; `scripts/bench/fuzz.sh` adds them up.
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
@@ -113,15 +126,54 @@ pub enum Outcome {
     Refused(String),
 }
 
-/// What each worker runs now: the case, when it began, its scratch folder.
-type Running = Mutex<Vec<Option<(u64, Instant, PathBuf)>>>;
+/// A case that waits without working is a hang after this many times the limit.
+const WAIT_FACTOR: u32 = 10;
+
+/// What a worker runs now: the case, when it began on the wall clock and in the process's CPU
+/// time, its scratch folder.
+#[derive(Clone)]
+struct Started {
+    case: u64,
+    wall: Instant,
+    cpu: Option<Duration>,
+    scratch: PathBuf,
+}
+
+/// What each worker runs now.
+type Running = Mutex<Vec<Option<Started>>>;
 
 /// Counts of one campaign.
 #[derive(Default)]
 struct Counts {
     loaded: AtomicU64,
     refused: AtomicU64,
-    slowest_ms: AtomicU64,
+    /// The slowest case, on the wall clock: (milliseconds, case).
+    slowest: Mutex<(u64, u64)>,
+}
+
+/// The CPU time the process has used, all threads together (user and system), from
+/// `/proc/self/stat`; `None` where there is no such file, and the hang limit is then counted on
+/// the wall clock alone.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces; utime and
+    // stime are the 14th and 15th fields of the line, in ticks of 1/100 s (USER_HZ).
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// The bytes the process holds resident, from `/proc/self/status`; `None` where there is no such
+/// file.
+fn process_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
 }
 
 /// One fuzz test's settings, read from the environment.
@@ -132,6 +184,8 @@ pub struct Campaign {
     pub cases: u64,
     pub threads: usize,
     pub hang: Duration,
+    /// The most bytes the process may hold resident, if limited.
+    pub memory: Option<u64>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -148,6 +202,7 @@ impl Campaign {
             cases: env_u64("FUZZ_CASES").unwrap_or(default_cases),
             threads: env_u64("FUZZ_THREADS").unwrap_or(1).max(1) as usize,
             hang: Duration::from_secs(env_u64("FUZZ_HANG_SECS").unwrap_or(60)),
+            memory: env_u64("FUZZ_MEMORY_GIB").map(|g| g << 30),
         }
     }
 
@@ -181,12 +236,22 @@ impl Campaign {
                             break;
                         }
                         clear(&scratch);
-                        running.lock().unwrap()[w] = Some((n, Instant::now(), scratch.clone()));
                         let t = Instant::now();
+                        running.lock().unwrap()[w] = Some(Started {
+                            case: n,
+                            wall: t,
+                            cpu: process_cpu(),
+                            scratch: scratch.clone(),
+                        });
                         let mut rng = Rng::new(self.seed, n);
                         let result = catch_unwind(AssertUnwindSafe(|| case(&mut rng, &scratch)));
                         let ms = t.elapsed().as_millis() as u64;
-                        counts.slowest_ms.fetch_max(ms, Ordering::Relaxed);
+                        {
+                            let mut slowest = counts.slowest.lock().unwrap();
+                            if ms > slowest.0 {
+                                *slowest = (ms, n);
+                            }
+                        }
                         running.lock().unwrap()[w] = None;
                         let failure = match result {
                             Ok(Outcome::Loaded) => {
@@ -225,15 +290,15 @@ impl Campaign {
         });
         let failures = failures.into_inner().unwrap();
         let (loaded, refused) = (counts.loaded.into_inner(), counts.refused.into_inner());
+        let (slowest_ms, slowest_case) = counts.slowest.into_inner().unwrap();
         eprintln!(
-            "fuzz {}: {} inputs (seed {}, cases {}..{}): {loaded} loaded, {refused} refused with one error line, {} failed; slowest case {} ms; {:.1} s",
+            "fuzz {}: {} inputs (seed {}, cases {}..{}): {loaded} loaded, {refused} refused with one error line, {} failed; slowest case {slowest_ms} ms (case {slowest_case}); {:.1} s",
             self.name,
             loaded + refused + failures.len() as u64,
             self.seed,
             self.first,
             end,
             failures.len(),
-            counts.slowest_ms.into_inner(),
             started.elapsed().as_secs_f64(),
         );
         assert!(
@@ -266,31 +331,85 @@ impl Campaign {
         dest
     }
 
-    /// Abort the whole process when a case runs past the hang limit: a hung parser cannot be
-    /// interrupted from outside, and the campaign must not wait forever.
+    /// Whether a case that began at `started` has hung: since then the process has worked the
+    /// hang limit for each worker (CPU time of all its threads, the parsers' thread pool too),
+    /// and as long has passed; or it has waited [`WAIT_FACTOR`] times the limit. Two cases of 5 s
+    /// each side by side are not a hang of 10 s.
+    fn hung(&self, started: &Started, cpu_now: Option<Duration>) -> bool {
+        let wall = started.wall.elapsed();
+        let worked = match (started.cpu, cpu_now) {
+            (Some(then), Some(now)) => now.saturating_sub(then) / self.threads as u32,
+            _ => wall,
+        };
+        (wall > self.hang && worked > self.hang) || wall > self.hang * WAIT_FACTOR
+    }
+
+    /// Abort the whole process when a case runs past the hang limit, or the process past the
+    /// memory limit: a hung parser cannot be interrupted from outside, the campaign must not wait
+    /// forever, and a case that grows without bound must fail before the machine runs out.
     fn watch(&self, running: &Running, done: &AtomicBool) {
         while !done.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
-            let hung = running
-                .lock()
-                .unwrap()
-                .iter()
-                .flatten()
-                .find(|(_, t, _)| t.elapsed() > self.hang)
-                .cloned();
-            if let Some((n, _, scratch)) = hung {
-                let saved = self.save(n, &scratch);
-                // Straight to stderr: the test harness's capture would be lost with the process.
+            let cpu_now = process_cpu();
+            let now: Vec<Started> = running.lock().unwrap().iter().flatten().cloned().collect();
+            let worked = |s: &Started| match (s.cpu, cpu_now) {
+                (Some(then), Some(now)) => {
+                    format!(
+                        "{:.1} s of the process's CPU time, ",
+                        now.saturating_sub(then).as_secs_f64()
+                    )
+                }
+                _ => String::new(),
+            };
+            let clock = |s: &Started| {
+                format!(
+                    "{}{:.1} s on the clock",
+                    worked(s),
+                    s.wall.elapsed().as_secs_f64()
+                )
+            };
+            let rss = process_rss().filter(|&r| self.memory.is_some_and(|m| r > m));
+            let (first, what) = if let Some(hung) = now.iter().find(|s| self.hung(s, cpu_now)) {
+                let what = format!(
+                    "ran past {} s ({}): a hang",
+                    self.hang.as_secs(),
+                    clock(hung)
+                );
+                (hung, what)
+            } else if let (Some(rss), Some(oldest)) = (rss, now.iter().min_by_key(|s| s.wall)) {
+                let what = format!(
+                    "was running when the process grew to {} MiB, past the limit of {} MiB ({})",
+                    rss >> 20,
+                    self.memory.unwrap_or(0) >> 20,
+                    clock(oldest)
+                );
+                (oldest, what)
+            } else {
+                continue;
+            };
+            // Straight to stderr: the test harness's capture would be lost with the process.
+            let _ = writeln!(
+                std::io::stderr(),
+                "fuzz {}: case {} {what} (input kept in {}; replay with {})",
+                self.name,
+                first.case,
+                self.save(first.case, &first.scratch).display(),
+                self.replay(first.case)
+            );
+            // The cases beside it: the one at fault may be one of them, holding the cores or the
+            // memory the first waits for.
+            for s in now.iter().filter(|s| s.case != first.case) {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "fuzz {}: case {n} ran past {} s: a hang (input kept in {}; replay with {})",
+                    "fuzz {}: case {} was running beside it ({}; input kept in {}; replay with {})",
                     self.name,
-                    self.hang.as_secs(),
-                    saved.display(),
-                    self.replay(n)
+                    s.case,
+                    clock(s),
+                    self.save(s.case, &s.scratch).display(),
+                    self.replay(s.case)
                 );
-                std::process::abort();
             }
+            std::process::abort();
         }
     }
 }

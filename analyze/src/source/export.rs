@@ -4,6 +4,11 @@
 //! kernel or function is interned. Every row is checked as it passes against the bounds a loaded
 //! trace keeps ([`Bounds`]), and where the API tables' rows start is sampled, so that the calls
 //! in flight at a few times are found later by rowid instead of by another scan.
+//!
+//! A row with a time out of those bounds is counted, and the file refused after the scan
+//! ([`TraceSource::check_bounds`]), but the row goes to no sink: a sink is written for the times a
+//! loaded trace can hold, and a damaged kernel of 2^63 ns once became 2^31 pieces of the profile's
+//! timeline, gigabytes and minutes before the refusal.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -16,6 +21,7 @@ use crate::formats::limits::Limits;
 use crate::formats::nsys_sqlite::read::{Export, RawName, StartIndex, StartSamples, Texts};
 use crate::formats::nsys_sqlite::split_global_tid;
 use crate::formats::nsys_sqlite::table::{DRIVER, KERNEL, RUNTIME};
+use crate::model::bounds::LIMIT;
 use crate::model::trace::{StrId, Trace};
 
 use super::{ApiRow, KernelRow, KernelTexts, NameResolver, TraceSource, UNNAMED_KERNEL};
@@ -99,6 +105,11 @@ impl NameResolver for ExportNames<'_> {
     }
 }
 
+/// Whether both times of a row lie in the bounds a loaded trace keeps.
+fn in_bounds(start: i64, end: i64) -> bool {
+    (-LIMIT..=LIMIT).contains(&start) && (-LIMIT..=LIMIT).contains(&end)
+}
+
 /// A chunk's state beside the caller's: where its rows start, their bounds, the longest call.
 struct Chunk<S> {
     state: S,
@@ -147,6 +158,9 @@ impl TraceSource for ExportSource {
             },
             |c, r| {
                 let end = c.bounds.span(r.start, r.end);
+                if !in_bounds(r.start, r.end) {
+                    return Ok(());
+                }
                 c.longest = c.longest.max(end.saturating_sub(r.start));
                 c.starts.row(&r);
                 let (pid, tid) = split_global_tid(r.global_tid);
@@ -191,6 +205,9 @@ impl TraceSource for ExportSource {
             || (init(), Bounds::default()),
             |(s, bounds), k| {
                 let end = bounds.span(k.start, k.end);
+                if !in_bounds(k.start, k.end) {
+                    return Ok(());
+                }
                 let kernel = KernelRow {
                     start: k.start,
                     end,
