@@ -45,48 +45,59 @@ impl Sectioned for CsvRenderer {
     }
 }
 
-/// `00` to `99`, two bytes each.
-const PAIRS: [u8; 200] = {
-    let mut t = [0u8; 200];
-    let mut i = 0;
-    while i < 100 {
-        t[2 * i] = b'0' + (i / 10) as u8;
-        t[2 * i + 1] = b'0' + (i % 10) as u8;
-        i += 1;
-    }
-    t
-};
-
-/// `v` in decimal, two digits at a time and without the formatting machinery (a trace prints
-/// millions of numbers).
+/// `v` in decimal, without the formatting machinery (a trace prints millions of numbers).
 pub(crate) fn push_int(buf: &mut Vec<u8>, v: i64) {
-    let mut digits = [0u8; 21];
-    buf.extend_from_slice(decimal(v, &mut digits));
+    // The buffer is appended whole and cut to the number's length: a copy of a length known only
+    // as it runs is a call of its own, on every cell.
+    let mut out = [0u8; 24];
+    let len = write_int(v, &mut out);
+    let at = buf.len();
+    buf.extend_from_slice(&out);
+    buf.truncate(at + len);
 }
 
-/// `v` in decimal, written at the end of `digits`.
-pub fn decimal(v: i64, digits: &mut [u8; 21]) -> &[u8] {
-    let mut n = v.unsigned_abs();
-    let mut i = digits.len();
-    while n >= 100 {
-        let d = (n % 100) as usize * 2;
-        n /= 100;
-        i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
+/// `v` in decimal, written at the start of `out`.
+pub fn decimal(v: i64, out: &mut [u8; 24]) -> &[u8] {
+    let len = write_int(v, out);
+    &out[..len]
+}
+
+/// `v` in decimal at the start of `out`; its length. Eight digits at a time, each eight made at
+/// once ([`eight_digits`]) and written as one word.
+fn write_int(v: i64, out: &mut [u8; 24]) -> usize {
+    const E8: u64 = 100_000_000;
+    const ZEROS: u64 = u64::from_le_bytes([b'0'; 8]);
+    let n = v.unsigned_abs();
+    out[0] = b'-';
+    let mut at = usize::from(v < 0);
+    // The first block of eight digits, and the full blocks after it.
+    let (first, full) = match n {
+        n if n < E8 => (n, [None, None]),
+        n if n < E8 * E8 => (n / E8, [Some(n % E8), None]),
+        n => (n / (E8 * E8), [Some(n / E8 % E8), Some(n % E8)]),
+    };
+    // The first block without its leading zeros (the low bytes that are zero), one digit at least.
+    let digits = eight_digits(first as u32);
+    let zeros = (digits.trailing_zeros() / 8).min(7) as usize;
+    out[at..at + 8].copy_from_slice(&((digits | ZEROS) >> (8 * zeros)).to_le_bytes());
+    at += 8 - zeros;
+    for block in full.into_iter().flatten() {
+        out[at..at + 8].copy_from_slice(&(eight_digits(block as u32) | ZEROS).to_le_bytes());
+        at += 8;
     }
-    if n >= 10 {
-        let d = n as usize * 2;
-        i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
-    } else {
-        i -= 1;
-        digits[i] = b'0' + n as u8;
-    }
-    if v < 0 {
-        i -= 1;
-        digits[i] = b'-';
-    }
-    &digits[i..]
+    at
+}
+
+/// The eight decimal digits of `x` (below 10^8) as the bytes of a word, the first digit in the
+/// lowest byte: split into lanes of four digits, of two, then of one, every lane of a step in
+/// one multiplication (`(y * 10486) >> 20` is `y / 100` below 10^4, `(z * 103) >> 10` is `z / 10`
+/// below 100).
+fn eight_digits(x: u32) -> u64 {
+    let v = u64::from(x / 10_000) | u64::from(x % 10_000) << 32;
+    let hundreds = ((v * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let v = hundreds | (v - hundreds * 100) << 16;
+    let tens = ((v * 103) >> 10) & 0x000f_000f_000f_000f;
+    tens | (v - tens * 10) << 8
 }
 
 /// `s` as one CSV field, as [`csv_field`] writes it, into `buf`, with no string made: quoted,
@@ -124,15 +135,57 @@ mod tests {
             7,
             -7,
             10,
+            -10,
             99,
+            -99,
             100,
+            -100,
+            999_999,
+            1_000_000,
+            -1_000_001,
+            99_999_999,
+            100_000_000,
+            -100_000_001,
+            4_340_964_397,
+            1_000_000_000_000_000,
+            9_999_999_999_999_999,
+            1_795_323_492_837_158_010,
+            -1_795_323_492_837_158_010,
             i64::MAX,
             i64::MIN,
+            i64::MIN + 1,
             1_795_323_492_837_158_010,
         ] {
             let mut buf = Vec::new();
             push_int(&mut buf, v);
             assert_eq!(String::from_utf8(buf).unwrap(), v.to_string());
+            let mut after = b"x,".to_vec();
+            push_int(&mut after, v);
+            assert_eq!(String::from_utf8(after).unwrap(), format!("x,{v}"));
+        }
+        // Numbers of every size, from a fixed sequence.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for v in [x as i64, (x >> (x % 64)) as i64] {
+                let mut buf = Vec::new();
+                push_int(&mut buf, v);
+                assert_eq!(String::from_utf8(buf).unwrap(), v.to_string());
+            }
+        }
+        // Every length of number, at its edges, both signs.
+        for p in 0..19 {
+            for v in [10i64.pow(p) - 1, 10i64.pow(p), 10i64.pow(p) + 1] {
+                for v in [v, -v] {
+                    let mut buf = b"x".to_vec();
+                    push_int(&mut buf, v);
+                    assert_eq!(String::from_utf8(buf).unwrap(), format!("x{v}"));
+                    let mut digits = [b' '; 24];
+                    assert_eq!(decimal(v, &mut digits), v.to_string().as_bytes());
+                }
+            }
         }
         for s in [
             "plain",

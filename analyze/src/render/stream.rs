@@ -102,7 +102,9 @@ pub struct Rows {
     /// Numbers, names and groups of cells already encoded: the same few recur on every row.
     floats: FastMap<(u64, usize), String>,
     names: FastMap<u64, Vec<u8>>,
-    groups: FastMap<Box<[i64]>, Vec<u8>>,
+    /// Groups by the hash of their key ([`group_hash`]), with the key itself to tell two keys of
+    /// one hash apart.
+    groups: FastMap<u64, (Box<[i64]>, Vec<u8>)>,
 }
 
 impl Rows {
@@ -226,6 +228,22 @@ pub fn write_rows<T: Sync>(
     row: impl Fn(&T, &mut dyn CellSink) + Sync,
 ) -> io::Result<()> {
     let encoder = sink.encoder();
+    for rows in encode_rows(&encoder, items, parts, row) {
+        let n = rows.len();
+        sink.write(rows, 0..n)?;
+    }
+    Ok(())
+}
+
+/// `items` encoded side by side as [`write_rows`] encodes them, into the first of `parts`
+/// (made as needed, and kept with what they keep of names and groups of cells); those parts,
+/// in order, for the caller to write.
+pub fn encode_rows<'p, T: Sync>(
+    encoder: &Encoder,
+    items: &[T],
+    parts: &'p mut Vec<Rows>,
+    row: impl Fn(&T, &mut dyn CellSink) + Sync,
+) -> &'p mut [Rows] {
     let count = items.len().div_ceil(PART_ROWS);
     if parts.len() < count {
         parts.resize_with(count, Rows::default);
@@ -239,11 +257,7 @@ pub fn write_rows<T: Sync>(
                 encoder.row(rows, |c| row(item, c));
             }
         });
-    for rows in &mut parts[..count] {
-        let n = rows.len();
-        sink.write(rows, 0..n)?;
-    }
-    Ok(())
+    &mut parts[..count]
 }
 
 /// A row's cells held as [`Cell`]s.
@@ -341,11 +355,19 @@ impl CellSink for CsvCells<'_> {
         // Kept with a comma before each cell; the first cell of a row drops its own.
         let skip = std::mem::take(&mut self.first) as usize;
         let rows = &mut *self.rows;
-        if let Some(bytes) = rows.groups.get(key) {
+        let hash = group_hash(key);
+        let known = rows.groups.get(&hash);
+        // Compared in place, every number at once: a call to compare bytes costs more here.
+        let same = |k: &[i64]| {
+            k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0
+        };
+        if let Some((_, bytes)) = known.filter(|(k, _)| same(k)) {
             rows.bytes
                 .extend_from_slice(&bytes[skip.min(bytes.len())..]);
             return;
         }
+        // Another key of the same hash keeps its place; this one is made each time.
+        let keep = known.is_none();
         let mut scratch = Rows {
             floats: std::mem::take(&mut rows.floats),
             names: std::mem::take(&mut rows.names),
@@ -360,11 +382,23 @@ impl CellSink for CsvCells<'_> {
         let bytes = scratch.bytes;
         rows.bytes
             .extend_from_slice(&bytes[skip.min(bytes.len())..]);
-        rows.groups.insert(key.into(), bytes);
+        if keep {
+            rows.groups.insert(hash, (key.into(), bytes));
+        }
     }
     fn as_dyn(&mut self) -> &mut dyn CellSink {
         self
     }
+}
+
+/// The hash a group of cells is kept by (the map hashes it again): each number of the key
+/// times an odd constant of its place, summed. The products do not wait on one another, as a
+/// hasher's chain of multiplications would, on every row of a trace.
+fn group_hash(key: &[i64]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    key.iter().enumerate().fold(key.len() as u64, |h, (i, &v)| {
+        h.wrapping_add((v as u64).wrapping_mul(K ^ ((i as u64) << 1)))
+    })
 }
 
 /// One table of a document, written as its rows come.

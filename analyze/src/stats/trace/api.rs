@@ -14,7 +14,7 @@ use crate::formats::nsys_sqlite::table::{RUNTIME, THREAD_NAMES};
 use crate::model::trace::Trace;
 use crate::render::stream::CellSink;
 
-use super::feed::{read_all, Feed};
+use super::feed::{ints, read_all, Feed};
 use super::{pid_tid, Columns, Input, Out, Piece, Pieces, Text};
 
 pub(super) const COLUMNS: Columns = Columns {
@@ -93,14 +93,14 @@ fn threads_of_trace(trace: &Trace) -> Threads {
 }
 
 fn call_row(r: &ScanRow<'_, '_>) -> rusqlite::Result<Option<Call>> {
-    let thread = r.opt_int(4)?;
+    let [start, end, name, result, thread, correlation_id] = ints(r, 0)?;
     let (pid, tid) = thread.map(pid_tid).unzip();
     Ok(Some(Call {
-        start: r.int(0)?,
-        end: r.int(1)?,
-        name: r.opt_int(2)?,
-        result: r.opt_int(3)?,
-        correlation_id: r.opt_int(5)?,
+        start: start.unwrap_or(0),
+        end: end.unwrap_or(0),
+        name,
+        result,
+        correlation_id,
         pid,
         tid,
         thread,
@@ -144,7 +144,7 @@ pub(super) fn write(input: &Input<'_>, out: &mut Out<'_>) -> Result<()> {
                 CORRELATION_ID,
             ];
             (
-                Feed::export(export, RUNTIME, &columns, &call_row)?,
+                Feed::export(export, RUNTIME, &columns, call_row)?,
                 threads_of_export(export)?,
             )
         }

@@ -6,32 +6,38 @@
 //! error rather than printing rows out of order. A loaded trace's rows, sorted, feed the same
 //! way from memory.
 
-use std::collections::VecDeque;
-
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::formats::nsys_sqlite::read::Export;
 use crate::formats::nsys_sqlite::scan::{Cursor, ScanRow};
 
-/// Decodes a row of a scan into a record, `None` to leave it out.
-pub(super) type Decode<'a, R> =
-    &'a (dyn Fn(&ScanRow<'_, '_>) -> rusqlite::Result<Option<R>> + Sync);
+/// Decodes a row of a scan into a record, `None` to leave it out: a function known where the
+/// feed is made, so that it is compiled into the loop over a page's rows.
+pub(super) trait Decode<R>:
+    Fn(&ScanRow<'_, '_>) -> rusqlite::Result<Option<R>> + Sync
+{
+}
+
+impl<R, F: Fn(&ScanRow<'_, '_>) -> rusqlite::Result<Option<R>> + Sync> Decode<R> for F {}
 
 /// Where a feed's records come from.
-enum From<'a, R> {
+enum From<'a, R, D> {
     Export {
         export: &'a Export,
         cursor: Cursor,
-        decode: Decode<'a, R>,
+        decode: D,
     },
-    Records(Box<dyn Iterator<Item = R> + 'a>),
+    Records(Box<dyn Iterator<Item = R> + Send + 'a>),
 }
 
 /// Records in order, pulled one at a time, read a window at a time.
-pub(super) struct Feed<'a, R> {
-    from: From<'a, R>,
-    buf: VecDeque<R>,
+pub(super) struct Feed<'a, R, D> {
+    from: From<'a, R, D>,
+    /// Records read and not yet pulled by [`Feed::pop`]: the rest of the piece it takes from,
+    /// then the window's pieces after it.
+    piece: std::vec::IntoIter<R>,
+    pieces: std::vec::IntoIter<Vec<R>>,
     done: bool,
     /// The order of start the rows must keep, where it is checked.
     order: Option<Order<R>>,
@@ -51,21 +57,22 @@ const WINDOW: usize = 8192;
 /// Records a piece of a table is made ready for.
 const PIECE: usize = 2048;
 
-impl<'a, R: Send> Feed<'a, R> {
+impl<'a, R: Send, D: Decode<R>> Feed<'a, R, D> {
     /// The rows of `table` in table order, as `decode` makes them.
     pub(super) fn export(
         export: &'a Export,
         table: &str,
         columns: &[&str],
-        decode: Decode<'a, R>,
-    ) -> Result<Feed<'a, R>> {
+        decode: D,
+    ) -> Result<Feed<'a, R, D>> {
         Ok(Feed {
             from: From::Export {
                 export,
                 cursor: export.cursor(table, columns)?,
                 decode,
             },
-            buf: VecDeque::new(),
+            piece: Vec::new().into_iter(),
+            pieces: Vec::new().into_iter(),
             done: false,
             order: None,
         })
@@ -78,9 +85,9 @@ impl<'a, R: Send> Feed<'a, R> {
         path: &std::path::Path,
         table: &str,
         columns: &[&str],
-        decode: Decode<'a, R>,
+        decode: D,
         start: fn(&R) -> i64,
-    ) -> Result<Feed<'a, R>> {
+    ) -> Result<Feed<'a, R, D>> {
         let mut feed = Feed::export(export, table, columns, decode)?;
         feed.order = Some(Order {
             path: path.to_owned(),
@@ -92,20 +99,26 @@ impl<'a, R: Send> Feed<'a, R> {
     }
 
     /// Records already in memory (a loaded trace's), in the order given.
-    pub(super) fn records(records: impl Iterator<Item = R> + 'a) -> Feed<'a, R> {
+    pub(super) fn records(records: impl Iterator<Item = R> + Send + 'a) -> Feed<'a, R, D> {
         Feed {
             from: From::Records(Box::new(records)),
-            buf: VecDeque::new(),
+            piece: Vec::new().into_iter(),
+            pieces: Vec::new().into_iter(),
             done: false,
             order: None,
         }
     }
 
     /// The next window of records, in pieces (each read on a thread of its own); none at the
-    /// end. Records already pulled into the buffer by [`Feed::pop`] come first.
+    /// end. Records read and not yet pulled by [`Feed::pop`] come first.
     pub(super) fn window(&mut self) -> Result<Vec<Vec<R>>> {
-        if !self.buf.is_empty() {
-            return Ok(vec![self.buf.drain(..).collect()]);
+        if self.buffered() {
+            let piece = std::mem::take(&mut self.piece);
+            let pieces = std::mem::take(&mut self.pieces);
+            return Ok(std::iter::once(piece.collect())
+                .chain(pieces)
+                .filter(|p: &Vec<R>| !p.is_empty())
+                .collect());
         }
         if self.done {
             return Ok(Vec::new());
@@ -158,14 +171,16 @@ impl<'a, R: Send> Feed<'a, R> {
     where
         R: Sync,
     {
+        let buffered = self.buffered();
         match &mut self.from {
             From::Export {
                 export,
                 cursor,
                 decode,
-            } if self.buf.is_empty() => export.next(cursor, init, |s, r| {
-                if let Some(rec) = decode(r)? {
-                    each(s, &rec);
+            } if !buffered => export.next(cursor, init, |s, r| {
+                // The record is looked at where `decode` made it, never moved.
+                if let Some(ref rec) = decode(r)? {
+                    each(s, rec);
                 }
                 Ok(())
             }),
@@ -186,20 +201,56 @@ impl<'a, R: Send> Feed<'a, R> {
         }
     }
 
-    /// Read the next window into the buffer, if there is one.
-    fn refill(&mut self) -> Result<()> {
-        while self.buf.is_empty() && !self.done {
-            let pieces = self.window()?;
-            self.buf.extend(pieces.into_iter().flatten());
-        }
-        Ok(())
+    /// Whether records read are waiting to be pulled.
+    fn buffered(&self) -> bool {
+        self.piece.len() > 0 || self.pieces.len() > 0
     }
 
-    /// The next record.
+    /// The next record: taken from the window read, in place, the next window read when it is
+    /// used up.
     pub(super) fn pop(&mut self) -> Result<Option<R>> {
-        self.refill()?;
-        Ok(self.buf.pop_front())
+        loop {
+            if let Some(r) = self.piece.next() {
+                return Ok(Some(r));
+            }
+            if let Some(piece) = self.pieces.next() {
+                self.piece = piece.into_iter();
+                continue;
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.pieces = self.window()?.into_iter();
+        }
     }
+}
+
+/// The integer columns `first..first + N` of a row, NULL as `None`. A row read from the file's
+/// pages has them decoded already and is read in place, with no error to carry per cell (a
+/// trace report reads tens of millions of cells); any other row, or a cell of another type,
+/// goes through [`ScanRow::opt_int`] and its error.
+#[inline(always)]
+pub(super) fn ints<const N: usize>(
+    r: &ScanRow<'_, '_>,
+    first: usize,
+) -> rusqlite::Result<[Option<i64>; N]> {
+    let mut out = [None; N];
+    if let ScanRow::Page(row, _) = r {
+        let mut all = true;
+        for (i, o) in out.iter_mut().enumerate() {
+            match row.integer(first + i) {
+                Some(v) => *o = v,
+                None => all = false,
+            }
+        }
+        if all {
+            return Ok(out);
+        }
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = r.opt_int(first + i)?;
+    }
+    Ok(out)
 }
 
 /// Every row of `table` of `export` that `row` makes a record of, in table order: for the

@@ -20,8 +20,8 @@ use crate::formats::nsys_sqlite::table::{
 use crate::model::trace::{MemOpKind, Nanos, Trace};
 use crate::render::stream::{CellSink, Rows};
 
-use super::feed::{read_all, Feed};
-use super::{kernel_name, name_columns, Columns, Input, Out, Piece, Pieces, Text, LAUNCH};
+use super::feed::{ints, read_all, Decode, Feed};
+use super::{name_columns, read_kernel_name, Columns, Input, Out, Piece, Pieces, Text, LAUNCH};
 use crate::stats::KernelName;
 
 pub(super) const COLUMNS: Columns = Columns {
@@ -296,55 +296,69 @@ const COMMON: [&str; 7] = [
     STREAM_ID,
 ];
 
-fn op(r: &ScanRow<'_, '_>, what: What) -> rusqlite::Result<Op> {
-    Ok(Op {
-        start: r.int(0)?,
-        end: r.int(1)?,
-        correlation_id: r.opt_int(2)?,
-        device: r.int(3)?,
-        context: r.opt_int(4)?,
-        green_context: r.opt_int(5)?,
-        stream: r.opt_int(6)?,
-        what,
+/// An operation read from a row of its table: the columns every table gives first ([`COMMON`]),
+/// then `what` of the table's own. Made in place, where the caller keeps it: there are millions.
+#[inline(always)]
+fn op(
+    r: &ScanRow<'_, '_>,
+    what: impl FnOnce(&ScanRow<'_, '_>) -> rusqlite::Result<What>,
+) -> rusqlite::Result<Option<Op>> {
+    let [start, end, correlation_id, device, context, green_context, stream] = ints(r, 0)?;
+    Ok(Some(Op {
+        start: start.unwrap_or(0),
+        end: end.unwrap_or(0),
+        correlation_id,
+        device: device.unwrap_or(0),
+        context,
+        green_context,
+        stream,
+        what: what(r)?,
+    }))
+}
+
+#[inline(always)]
+fn kernel_row(r: &ScanRow<'_, '_>, names: KernelName) -> rusqlite::Result<Option<Op>> {
+    op(r, |r| {
+        let [gx, gy, gz, bx, by, bz, registers, static_shared, dynamic_shared] = ints(r, 7)?;
+        Ok(What::Kernel {
+            grid: [gx, gy, gz],
+            block: [bx, by, bz],
+            registers,
+            static_shared,
+            dynamic_shared,
+            name: read_kernel_name(r, names, 16)?,
+        })
     })
 }
 
-fn kernel_row(r: &ScanRow<'_, '_>, names: KernelName) -> rusqlite::Result<Option<Op>> {
-    let what = What::Kernel {
-        grid: [r.opt_int(7)?, r.opt_int(8)?, r.opt_int(9)?],
-        block: [r.opt_int(10)?, r.opt_int(11)?, r.opt_int(12)?],
-        registers: r.opt_int(13)?,
-        static_shared: r.opt_int(14)?,
-        dynamic_shared: r.opt_int(15)?,
-        name: kernel_name(names, RawName::from(r.get(16)?), RawName::from(r.get(17)?)),
-    };
-    op(r, what).map(Some)
-}
-
 fn memcpy_row(r: &ScanRow<'_, '_>) -> rusqlite::Result<Option<Op>> {
-    let what = What::Memcpy {
-        bytes: r.opt_int(7)?,
-        copy: Label::of(r.opt_int(8)?),
-        src: Label::of(r.opt_int(9)?),
-        dst: Label::of(r.opt_int(10)?),
-    };
-    op(r, what).map(Some)
+    op(r, |r| {
+        let [bytes, copy, src, dst] = ints(r, 7)?;
+        Ok(What::Memcpy {
+            bytes,
+            copy: Label::of(copy),
+            src: Label::of(src),
+            dst: Label::of(dst),
+        })
+    })
 }
 
 fn memset_row(r: &ScanRow<'_, '_>) -> rusqlite::Result<Option<Op>> {
-    let what = What::Memset {
-        bytes: r.opt_int(7)?,
-        kind: Label::of(r.opt_int(8)?),
-    };
-    op(r, what).map(Some)
+    op(r, |r| {
+        let [bytes, kind] = ints(r, 7)?;
+        Ok(What::Memset {
+            bytes,
+            kind: Label::of(kind),
+        })
+    })
 }
 
 /// An export's kernels as a feed, and its memcpys and memsets (a small table, held) by start.
-fn export_ops<'a>(
+fn export_ops<'a, D: Decode<Op>>(
     export: &'a Export,
     names: KernelName,
-    kernel: super::feed::Decode<'a, Op>,
-) -> Result<(Feed<'a, Op>, Vec<Op>)> {
+    kernel: D,
+) -> Result<(Feed<'a, Op, D>, Vec<Op>)> {
     let columns = |own: &[&'a str]| -> Vec<&'a str> { COMMON.iter().chain(own).copied().collect() };
     let kernel_columns: Vec<&str> = LAUNCH
         .iter()
@@ -362,9 +376,10 @@ fn export_ops<'a>(
         Feed::records(std::iter::empty())
     };
     let mut mem_ops = Vec::new();
-    let tables: [(&str, &[&str], super::feed::Decode<'a, Op>); 2] = [
-        (MEMCPY, &[BYTES, COPY_KIND, SRC_KIND, DST_KIND], &memcpy_row),
-        (MEMSET, &[BYTES, MEM_KIND], &memset_row),
+    type Read = fn(&ScanRow<'_, '_>) -> rusqlite::Result<Option<Op>>;
+    let tables: [(&str, &[&str], Read); 2] = [
+        (MEMCPY, &[BYTES, COPY_KIND, SRC_KIND, DST_KIND], memcpy_row),
+        (MEMSET, &[BYTES, MEM_KIND], memset_row),
     ];
     for (table, own, decode) in tables {
         if export.has(table) {
@@ -377,7 +392,7 @@ fn export_ops<'a>(
 }
 
 /// A loaded trace's kernels as a feed, and its memory operations by start.
-fn loaded_ops(trace: &Trace, names: KernelName) -> (Feed<'_, Op>, Vec<Op>) {
+fn loaded_ops<D: Decode<Op>>(trace: &Trace, names: KernelName) -> (Feed<'_, Op, D>, Vec<Op>) {
     // What the model keeps of an operation: no context, no green context.
     let op = |start: Nanos, end: Nanos, corr: u64, device: u32, stream: u32, what| Op {
         start: start.0,
@@ -442,7 +457,7 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
     let kernel = move |r: &ScanRow<'_, '_>| kernel_row(r, names);
     let ((mut kernels, mem_ops), copy, mem) = match input {
         Input::Export(export, _) => (
-            export_ops(export, names, &kernel)?,
+            export_ops(export, names, kernel)?,
             labels(export, ENUM_CUDA_MEMCPY_OPER)?
                 .into_iter()
                 .map(|(id, l)| (id, format!("[CUDA memcpy {l}]")))
@@ -477,18 +492,24 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
     };
     // The next memory operation to write, and the start of the last kernel written.
     let (mut next, mut last) = (0, i64::MIN);
+    // Whether a row has been written.
+    let mut started = false;
     let spare = Pieces::default();
     loop {
         // Each kernel encoded as it is read. A memory operation goes before the first kernel
-        // that starts after it: its place in a piece is noted, and it is written there.
+        // that starts after it: inside a piece it is encoded there, in its place; before a
+        // piece's first kernel it is written here, once the pieces before are.
         let pieces = kernels.window_each(
             || spare.take(),
             |p: &mut Piece, k: &Op| {
                 if p.start(k.start) {
                     p.next_other = mem_ops.partition_point(|m| m.start < k.start);
                 }
-                while mem_ops.get(p.next_other).is_some_and(|m| m.start < k.start) {
-                    p.splices.push((p.rows.len(), p.next_other));
+                while let Some(m) = mem_ops.get(p.next_other).filter(|m| m.start < k.start) {
+                    p.first_other.get_or_insert(p.rows.len());
+                    for d in 0..cx.device_rows(m) {
+                        encoder.row(&mut p.rows, |c| cx.row(m, d, c));
+                    }
                     p.next_other += 1;
                 }
                 for d in 0..cx.device_rows(k) {
@@ -504,15 +525,17 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
             let Some(first) = p.first else { continue };
             let before = next + mem_ops[next..].partition_point(|m| m.start < first);
             write_mem(out, next..before)?;
-            next = before;
-            let mut at = 0;
-            for &(row, m) in &p.splices {
-                out.write(&mut p.rows, at..row)?;
-                write_mem(out, m..m + 1)?;
-                (at, next) = (row, m + 1);
-            }
+            // The first rows written set a text table's column widths: the memory operations
+            // before the first kernel, else the kernels before the first memory operation.
+            let cut = match (started, p.first_other) {
+                (false, Some(row)) if before == next => row,
+                _ => 0,
+            };
+            started = true;
             let n = p.rows.len();
-            out.write(&mut p.rows, at..n)?;
+            out.write(&mut p.rows, 0..cut)?;
+            out.write(&mut p.rows, cut..n)?;
+            next = p.next_other;
             spare.give(p);
         }
     }

@@ -12,7 +12,8 @@
 //! The kernels of each (process, correlation id) are counted first (a bit each, and a count
 //! where a call launched several, as a graph launch does), so that the API table can stream in
 //! order and each call take exactly its kernels from the kernel table as that streams beside
-//! it; kernels met before their call are held until it comes.
+//! it; kernels met before their call are held until it comes. Rows are joined a batch at a
+//! time, and each batch is encoded on the other threads while the next is joined.
 
 use crate::error::Result;
 use crate::fast_hash::FastMap;
@@ -22,11 +23,11 @@ use crate::formats::nsys_sqlite::scan::ScanRow;
 use crate::formats::nsys_sqlite::table::{KERNEL, RUNTIME};
 use crate::model::trace::Trace;
 use crate::render::csv::decimal;
-use crate::render::stream::CellSink;
+use crate::render::stream::{encode_rows, CellSink};
 use crate::stats::KernelName;
 
-use super::feed::{fold_all, Feed};
-use super::{kernel_name, name_columns, pid_tid, Columns, Input, Out, Text, BATCH, LAUNCH};
+use super::feed::{fold_all, ints, Decode, Feed};
+use super::{name_columns, pid_tid, read_kernel_name, Columns, Input, Out, Text, BATCH, LAUNCH};
 
 pub(super) const COLUMNS: Columns = Columns {
     names: &[
@@ -84,7 +85,9 @@ struct Call {
 /// there are several; ids far from the process's first go to the map alone.
 #[derive(Clone, Default)]
 struct Counts {
-    processes: FastMap<i64, Bits>,
+    /// Each process's bits, in order of process: an export has a few processes and millions of
+    /// calls, each looked up without hashing.
+    processes: Vec<(i64, Bits)>,
 }
 
 #[derive(Clone, Default)]
@@ -100,18 +103,60 @@ struct Bits {
 /// holds them.
 const MAX_BITS: i64 = 1 << 27;
 
+impl Bits {
+    /// The bit of `corr` (word, mask), where it has one.
+    fn bit(&self, corr: i64) -> Option<(usize, u64)> {
+        let bit = corr.wrapping_sub(self.base);
+        (0..MAX_BITS)
+            .contains(&bit)
+            .then(|| ((bit / 64) as usize, 1u64 << (bit % 64)))
+    }
+
+    /// The count `more` keeps of `corr`, `or` where it keeps none.
+    fn more(&self, corr: i64, or: u32) -> u32 {
+        if self.more.is_empty() {
+            return or;
+        }
+        self.more.get(&corr).copied().unwrap_or(or)
+    }
+
+    fn count(&self, corr: i64) -> u32 {
+        match self.bit(corr) {
+            None => self.more(corr, 0),
+            Some((word, mask)) => match self.words.get(word) {
+                Some(w) if w & mask != 0 => self.more(corr, 1),
+                _ => 0,
+            },
+        }
+    }
+}
+
 impl Counts {
+    fn bits(&self, process: i64) -> Option<&Bits> {
+        let i = self
+            .processes
+            .binary_search_by_key(&process, |p| p.0)
+            .ok()?;
+        Some(&self.processes[i].1)
+    }
+
     fn add(&mut self, (process, corr): Key) {
-        let b = self.processes.entry(process).or_insert_with(|| Bits {
-            base: corr & !63,
-            ..Bits::default()
-        });
-        let bit = corr.wrapping_sub(b.base);
-        if !(0..MAX_BITS).contains(&bit) {
+        let i = match self.processes.binary_search_by_key(&process, |p| p.0) {
+            Ok(i) => i,
+            Err(i) => {
+                let bits = Bits {
+                    base: corr & !63,
+                    ..Bits::default()
+                };
+                self.processes.insert(i, (process, bits));
+                i
+            }
+        };
+        let b = &mut self.processes[i].1;
+        let Some((word, mask)) = b.bit(corr) else {
             *b.more.entry(corr).or_insert(0) += 1;
             return;
-        }
-        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        };
         if b.words.len() <= word {
             b.words.resize(word + 1, 0);
         }
@@ -122,41 +167,24 @@ impl Counts {
         }
     }
 
-    /// Where the count of `key` is kept: its process's bits, and its bit there (word, mask)
-    /// when it has one.
-    fn place(&self, (process, corr): Key) -> Option<(&Bits, Option<(usize, u64)>)> {
-        let b = self.processes.get(&process)?;
-        let bit = corr.wrapping_sub(b.base);
-        Some((
-            b,
-            (0..MAX_BITS)
-                .contains(&bit)
-                .then(|| ((bit / 64) as usize, 1u64 << (bit % 64))),
-        ))
-    }
-
     /// The kernels of `key`.
-    fn count(&self, key: Key) -> u32 {
-        match self.place(key) {
-            None => 0,
-            Some((b, None)) => b.more.get(&key.1).copied().unwrap_or(0),
-            Some((b, Some((word, mask)))) => match b.words.get(word) {
-                Some(w) if w & mask != 0 => b.more.get(&key.1).copied().unwrap_or(1),
-                _ => 0,
-            },
-        }
+    fn count(&self, (process, corr): Key) -> u32 {
+        self.bits(process).map_or(0, |b| b.count(corr))
     }
 
     /// The kernels of `key`, counted once: a later call with the same key finds none.
-    fn take(&mut self, key: Key) -> u32 {
-        let n = self.count(key);
+    fn take(&mut self, (process, corr): Key) -> u32 {
+        let Ok(i) = self.processes.binary_search_by_key(&process, |p| p.0) else {
+            return 0;
+        };
+        let b = &mut self.processes[i].1;
+        let n = b.count(corr);
         if n > 0 {
-            let bit = self.place(key).and_then(|p| p.1);
-            if let Some(b) = self.processes.get_mut(&key.0) {
-                if let Some((word, mask)) = bit {
-                    b.words[word] &= !mask;
-                }
-                b.more.remove(&key.1);
+            if let Some((word, mask)) = b.bit(corr) {
+                b.words[word] &= !mask;
+            }
+            if !b.more.is_empty() {
+                b.more.remove(&corr);
             }
         }
         n
@@ -205,7 +233,7 @@ fn dims(buf: &mut [u8; 80], xyz: [i64; 3]) -> &str {
     buf.fill(b' ');
     let mut at = 0;
     for (i, v) in xyz.into_iter().enumerate() {
-        let mut digits = [0u8; 21];
+        let mut digits = [0u8; 24];
         let d = decimal(v, &mut digits);
         // Right-aligned in four, a space between.
         at += i.min(1) + 4usize.saturating_sub(d.len());
@@ -218,7 +246,10 @@ fn dims(buf: &mut [u8; 80], xyz: [i64; 3]) -> &str {
 /// The kernels of each key of an export, from a pass over two columns of the kernel table.
 fn count_export(export: &Export) -> Result<Counts> {
     let mut counts = Counts::default();
-    let key = |r: &ScanRow<'_, '_>| Ok(r.opt_int(0)?.zip(r.opt_int(1)?));
+    let key = |r: &ScanRow<'_, '_>| {
+        let [process, corr] = ints(r, 0)?;
+        Ok(process.zip(corr))
+    };
     fold_all(export, KERNEL, &[GLOBAL_PID, CORRELATION_ID], key, |k| {
         counts.add(k)
     })?;
@@ -226,32 +257,36 @@ fn count_export(export: &Export) -> Result<Counts> {
 }
 
 fn kernel_row(r: &ScanRow<'_, '_>, names: KernelName) -> rusqlite::Result<Option<Launched>> {
-    let (Some(process), Some(corr)) = (r.opt_int(0)?, r.opt_int(1)?) else {
+    let [process, corr, start, end, device, gx, gy, gz, bx, by, bz] = ints(r, 0)?;
+    let (Some(process), Some(corr)) = (process, corr) else {
         return Ok(None);
     };
+    let name = read_kernel_name(r, names, 11)?;
+    let v = |v: Option<i64>| v.unwrap_or(0);
     Ok(Some(Launched {
         key: (process, corr),
-        start: r.int(2)?,
-        end: r.int(3)?,
-        device: r.int(4)?,
-        grid: [r.int(5)?, r.int(6)?, r.int(7)?],
-        block: [r.int(8)?, r.int(9)?, r.int(10)?],
-        name: kernel_name(names, RawName::from(r.get(11)?), RawName::from(r.get(12)?)),
+        start: v(start),
+        end: v(end),
+        device: v(device),
+        grid: [v(gx), v(gy), v(gz)],
+        block: [v(bx), v(by), v(bz)],
+        name,
     }))
 }
 
 fn call_row(r: &ScanRow<'_, '_>) -> rusqlite::Result<Option<Call>> {
-    let (Some(global_tid), Some(corr)) = (r.opt_int(2)?, r.opt_int(3)?) else {
+    let [start, end, global_tid, corr, name] = ints(r, 0)?;
+    let (Some(global_tid), Some(corr)) = (global_tid, corr) else {
         return Ok(None);
     };
     let (pid, tid) = pid_tid(global_tid);
     Ok(Some(Call {
         key: (global_tid & PROCESS_BITS, corr),
-        start: r.int(0)?,
-        end: r.int(1)?,
+        start: start.unwrap_or(0),
+        end: end.unwrap_or(0),
         pid,
         tid,
-        name: r.int(4)?,
+        name: name.unwrap_or(0),
     }))
 }
 
@@ -260,7 +295,10 @@ fn call_start(c: &Call) -> i64 {
 }
 
 /// A loaded trace's calls and kernels as feeds, and the kernels of each key.
-fn loaded<'a>(trace: &'a Trace, names: KernelName) -> (Feed<'a, Call>, Feed<'a, Launched>, Counts) {
+fn loaded<'a, C: Decode<Call>, K: Decode<Launched>>(
+    trace: &'a Trace,
+    names: KernelName,
+) -> (Feed<'a, Call, C>, Feed<'a, Launched, K>, Counts) {
     let mut counts = Counts::default();
     for k in &trace.kernels {
         counts.add((i64::from(k.span.pid), k.span.correlation_id as i64));
@@ -295,7 +333,7 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
     // calls claim their kernels.
     let launched = counted.clone();
     let call = |r: &ScanRow<'_, '_>| Ok(call_row(r)?.filter(|c| launched.count(c.key) > 0));
-    let (mut calls, mut kernels, mut counts) = match input {
+    let (calls, kernels, counts) = match input {
         Input::Export(export, _) => {
             let kernel_columns: Vec<&str> = [GLOBAL_PID, CORRELATION_ID, START, END, DEVICE_ID]
                 .iter()
@@ -310,52 +348,89 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
                     input.path(),
                     RUNTIME,
                     &call_columns,
-                    &call,
+                    call,
                     call_start,
                 )?,
-                Feed::export(export, KERNEL, &kernel_columns, &kernel)?,
+                Feed::export(export, KERNEL, &kernel_columns, kernel)?,
                 counted,
             )
         }
         Input::Loaded(trace) => loaded(trace, names),
     };
+    let mut join = Join {
+        calls,
+        kernels,
+        counts,
+        early: FastMap::default(),
+    };
     let text = input.text();
-    // Kernels read before their call, by key.
-    let mut early: FastMap<Key, Vec<Launched>> = FastMap::default();
-    let mut rows: Vec<(Call, Launched)> = Vec::with_capacity(BATCH);
+    let encoder = out.sink.encoder();
+    let (mut ready, mut next) = (Vec::with_capacity(BATCH), Vec::with_capacity(BATCH));
+    let mut parts = Vec::new();
     loop {
-        let window = calls.window()?;
-        if window.is_empty() {
-            break;
+        // While the rows joined last are encoded on the pool, the next are joined here.
+        let mut encoded = 0;
+        let joined = rayon::in_place_scope(|s| {
+            s.spawn(|_| {
+                let done = encode_rows(&encoder, &ready, &mut parts, |(call, k), c| {
+                    row(&text, call, k, c)
+                });
+                encoded = done.len();
+            });
+            join.batch(&mut next)
+        });
+        out.write_parts(&mut parts[..encoded])?;
+        joined?;
+        if next.is_empty() {
+            return Ok(());
         }
-        for &call in window.iter().flatten() {
-            let n = counts.take(call.key) as usize;
+        std::mem::swap(&mut ready, &mut next);
+        next.clear();
+    }
+}
+
+/// The calls and kernels of an input joined in the report's order.
+struct Join<'a, C, K> {
+    calls: Feed<'a, Call, C>,
+    kernels: Feed<'a, Launched, K>,
+    /// The kernels of each key not yet taken by a call.
+    counts: Counts,
+    /// Kernels read before their call, by key.
+    early: FastMap<Key, Vec<Launched>>,
+}
+
+impl<C: Decode<Call>, K: Decode<Launched>> Join<'_, C, K> {
+    /// The next rows, [`BATCH`] or a few more (a call's kernels stay together), into `rows`;
+    /// none once every call has been read.
+    fn batch(&mut self, rows: &mut Vec<(Call, Launched)>) -> Result<()> {
+        while rows.len() < BATCH {
+            let Some(call) = self.calls.pop()? else {
+                return Ok(());
+            };
+            let n = self.counts.take(call.key) as usize;
             if n == 0 {
                 continue;
             }
             let mut taken = 0;
             // Hashed only while kernels wait: most come right after their call's kernels.
-            if !early.is_empty() {
-                if let Some(met) = early.remove(&call.key) {
+            if !self.early.is_empty() {
+                if let Some(met) = self.early.remove(&call.key) {
                     taken = met.len();
                     rows.extend(met.into_iter().map(|k| (call, k)));
                 }
             }
             while taken < n {
-                let Some(k) = kernels.pop()? else { break };
+                let Some(k) = self.kernels.pop()? else { break };
                 if k.key == call.key {
                     rows.push((call, k));
                     taken += 1;
                 } else {
-                    early.entry(k.key).or_default().push(k);
+                    self.early.entry(k.key).or_default().push(k);
                 }
             }
         }
-        if rows.len() >= BATCH {
-            out.flush(&mut rows, |(call, k), c| row(&text, call, k, c))?;
-        }
+        Ok(())
     }
-    out.flush(&mut rows, |(call, k), c| row(&text, call, k, c))
 }
 
 #[cfg(test)]

@@ -25,15 +25,17 @@ use std::borrow::Cow;
 
 use crate::error::{Error, Result};
 use crate::formats::nsys_sqlite::read::{Export, RawName, Texts};
+use crate::formats::nsys_sqlite::scan::ScanRow;
 use crate::model::trace::{StrId, Trace};
-use crate::render::stream::{write_rows, CellSink, RowSink, Rows};
+use crate::render::stream::{CellSink, RowSink, Rows};
 use crate::source::UNNAMED_KERNEL;
 
 use super::cuda_api_sum::display_name;
 use super::{KernelName, Report};
 
-/// Rows handed to the output at a time.
-const BATCH: usize = 1 << 14;
+/// Rows joined at a time: few enough that they and their text stay in the caches while they
+/// are encoded and written.
+const BATCH: usize = 1 << 12;
 
 /// Where a trace report reads its rows.
 pub enum Input<'a> {
@@ -114,6 +116,23 @@ fn kernel_name(names: KernelName, first: RawName, second: RawName) -> RawName {
     }
 }
 
+/// The kernel name of a row whose name columns ([`name_columns`]) start at `at`; the second is
+/// read only where `:mangled` falls back to it.
+#[inline(always)]
+fn read_kernel_name(
+    r: &ScanRow<'_, '_>,
+    names: KernelName,
+    at: usize,
+) -> rusqlite::Result<RawName> {
+    let first = RawName::from(r.get(at)?);
+    Ok(match (names, &first) {
+        (KernelName::Mangled, RawName::None) => {
+            kernel_name(names, first, RawName::from(r.get(at + 1)?))
+        }
+        _ => first,
+    })
+}
+
 /// A kernel's launch configuration: its grid and block.
 const LAUNCH: [&str; 6] = {
     use crate::formats::nsys_sqlite::column::{BLOCK_X, BLOCK_Y, BLOCK_Z, GRID_X, GRID_Y, GRID_Z};
@@ -163,33 +182,25 @@ pub fn columns(report: Report) -> Columns {
 pub struct Out<'s> {
     sink: &'s mut dyn RowSink,
     path: &'s std::path::Path,
-    /// The rows of each part of a batch, kept for the next batch.
-    parts: Vec<Rows>,
 }
 
 impl<'s> Out<'s> {
     pub fn new(sink: &'s mut dyn RowSink, path: &'s std::path::Path) -> Out<'s> {
-        Out {
-            sink,
-            path,
-            parts: Vec::new(),
-        }
-    }
-
-    /// `rows` encoded side by side and written, `row` giving the cells of each; `rows` emptied.
-    fn flush<T: Sync>(
-        &mut self,
-        rows: &mut Vec<T>,
-        row: impl Fn(&T, &mut dyn CellSink) + Sync,
-    ) -> Result<()> {
-        write_rows(self.sink, rows, &mut self.parts, row).map_err(Error::io(self.path))?;
-        rows.clear();
-        Ok(())
+        Out { sink, path }
     }
 
     /// Rows `range` of `rows`, encoded already.
     fn write(&mut self, rows: &mut Rows, range: std::ops::Range<usize>) -> Result<()> {
         self.sink.write(rows, range).map_err(Error::io(self.path))
+    }
+
+    /// Every row of `parts`, encoded already, in order.
+    fn write_parts(&mut self, parts: &mut [Rows]) -> Result<()> {
+        for rows in parts {
+            let n = rows.len();
+            self.write(rows, 0..n)?;
+        }
+        Ok(())
     }
 }
 
@@ -200,8 +211,8 @@ struct Piece {
     first: Option<i64>,
     last: i64,
     out_of_order: bool,
-    /// Rows of other tables to write before a row of this piece: (that row, their index).
-    splices: Vec<(usize, usize)>,
+    /// The row of the first row of the other tables encoded into this piece, if any.
+    first_other: Option<usize>,
     /// The next row of the other tables that may go into this piece.
     next_other: usize,
 }
@@ -214,7 +225,7 @@ impl Default for Piece {
             first: None,
             last: i64::MIN,
             out_of_order: false,
-            splices: Vec::new(),
+            first_other: None,
             next_other: 0,
         }
     }
@@ -238,7 +249,7 @@ impl Pieces {
         piece.first = None;
         piece.last = i64::MIN;
         piece.out_of_order = false;
-        piece.splices.clear();
+        piece.first_other = None;
         piece.next_other = 0;
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(piece);
     }
