@@ -280,27 +280,25 @@ fn rank_word(path: &Path) -> Option<(String, u32)> {
 /// (`ctx_128.sqlite`, `ctx_256.sqlite`) is never taken for ranks.
 pub fn rank_runs(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
     // The folder and the name without its rank number.
-    let key = |p: &PathBuf| rank_word(p).map(|(name, _)| p.with_file_name(name));
+    let key = |p: &PathBuf| rank_word(p).map(|(name, rank)| (p.with_file_name(name), rank));
     let mut sets: HashMap<PathBuf, Vec<(u32, PathBuf)>> = HashMap::new();
     for f in &files {
-        if let (Some(k), Some((_, rank))) = (key(f), rank_word(f)) {
+        if let Some((k, rank)) = key(f) {
             sets.entry(k).or_default().push((rank, f.clone()));
         }
     }
-    let is_run = |set: &Vec<(u32, PathBuf)>| {
-        let ranks: BTreeSet<u32> = set.iter().map(|s| s.0).collect();
-        set.len() >= 2 && ranks.len() == set.len() && ranks.iter().copied().eq(0..set.len() as u32)
-    };
+    sets.retain(|_, set| {
+        set.sort();
+        set.len() >= 2 && set.iter().map(|s| s.0).eq(0..set.len() as u32)
+    });
     let mut out = Vec::new();
     let mut placed: BTreeSet<PathBuf> = BTreeSet::new();
     for f in files {
         if placed.contains(&f) {
             continue;
         }
-        match key(&f).and_then(|k| sets.get(&k)).filter(|set| is_run(set)) {
+        match key(&f).and_then(|(k, _)| sets.remove(&k)) {
             Some(set) => {
-                let mut set = set.clone();
-                set.sort();
                 placed.extend(set.iter().map(|s| s.1.clone()));
                 out.push(set.into_iter().map(|s| s.1).collect());
             }
