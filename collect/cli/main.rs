@@ -167,6 +167,11 @@ struct BenchArgs {
     /// PyTorch memory snapshot (pickle; `.gz` compresses) to this file.
     #[arg(long, value_name = "FILE")]
     memory_snapshot: Option<PathBuf>,
+    /// Run every GEMM inside an NVTX range labelled as PyTorch's `emit_nvtx(record_shapes=True)`
+    /// labels its operator (`aten::mm, sizes = [[m, k], [k, n]]`), for `analyze profile --by op`
+    /// and its roofline. Cuts --cuda-graph's graphs at every GEMM.
+    #[arg(long)]
+    operator_ranges: bool,
     /// When train steps run AdamW: `overlapped` (each block's update on a second stream as soon
     /// as its gradients are final, beside the rest of the backward, writing the bf16 weight copy
     /// too) or `after-backward` (one update over every parameter after the backward, and the
@@ -451,6 +456,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
         recording: Recording {
             trace: a.trace,
             memory_snapshot: a.memory_snapshot,
+            operator_ranges: a.operator_ranges,
         },
         step: StepOptions {
             optimizer: a.optimizer.parse::<OptimizerSchedule>()?,

@@ -261,6 +261,7 @@ fn bench_rows_results_and_traces_say_whether_checkpointing_was_on() {
         recording: Recording {
             trace: Some(dir.path().join("t.sqlite")),
             memory_snapshot: None,
+            operator_ranges: false,
         },
     };
     let rows = bench::run_grid(&rt, &opts, |_| {}).unwrap();

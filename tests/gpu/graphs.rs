@@ -140,6 +140,7 @@ fn a_graphed_run_opens_the_eager_ranges_and_traces_each_steps_kernels() {
     let rec = Recording {
         trace: Some(dir.path().join("run.sqlite")),
         memory_snapshot: None,
+        operator_ranges: false,
     };
     let graphed = StepOptions {
         cuda_graph: true,

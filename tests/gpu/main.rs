@@ -480,6 +480,7 @@ fn a_recorded_run_writes_a_trace_and_a_snapshot_that_agree_with_the_allocator() 
     let rec = Recording {
         trace: Some(dir.path().join("run.sqlite")),
         memory_snapshot: Some(dir.path().join("run.pickle")),
+        operator_ranges: false,
     };
     let m = run_one_with(&rt, &run, 1, 2, 0, &rec, Default::default()).unwrap();
     assert_eq!(m.written.len(), 2);

@@ -64,6 +64,10 @@ pub struct Recording {
     /// Record the memory history of the last timed step and write the snapshot (PyTorch's
     /// pickle; gzip when the name ends in `.gz`) here. Needs the caching allocator.
     pub memory_snapshot: Option<PathBuf>,
+    /// Run every matrix product inside an operator range labelled with its shapes, as PyTorch's
+    /// `emit_nvtx(record_shapes=True)` does ([`crate::gpu::blas`]), so that a trace's GEMMs are
+    /// tied to operators whose FLOPs follow from their shapes. Cuts CUDA graphs at every product.
+    pub operator_ranges: bool,
 }
 
 impl Recording {
@@ -79,6 +83,7 @@ impl Recording {
                 .memory_snapshot
                 .as_deref()
                 .map(|p| output_path(p, run, many)),
+            operator_ranges: self.operator_ranges,
         }
     }
 }
@@ -361,6 +366,7 @@ pub fn run_one_with(
                 .to_owned(),
         ));
     }
+    rt.blas.set_operator_ranges(rec.operator_ranges);
     let mut guard = RecordingGuard {
         old_listener: None,
         old_frames: None,

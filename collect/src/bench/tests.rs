@@ -88,6 +88,7 @@ fn sweeps_label_each_configuration_file() {
     let rec = Recording {
         trace: Some("t.sqlite".into()),
         memory_snapshot: None,
+        operator_ranges: false,
     };
     assert!(rec.any() && !Recording::default().any());
     assert_eq!(rec.for_run(&run, false), rec);

@@ -8,6 +8,12 @@
 //! on. cuBLAS gets its workspace from our
 //! [`DeviceMemory`](crate::gpu::device_memory::DeviceMemory), so that every byte on the device is
 //! counted. No kernels of ours here.
+//!
+//! With operator ranges on ([`Blas::set_operator_ranges`]), each product runs inside an NVTX
+//! range labelled as PyTorch's `emit_nvtx(record_shapes=True)` labels the operator it would have
+//! called (`aten::mm, sizes = [[m, k], [k, n]]`; `aten::addmm` when it adds to an output,
+//! `aten::bmm` for a batch), the product's logical shapes with the transposes applied, so that a
+//! trace's kernels are tied to an operator whose cost follows from its shapes.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -18,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::gpu::blas_lt::Lt;
 use crate::gpu::device::Gpu;
 use crate::gpu::device_memory::{Buffer, DType};
+use crate::nvtx;
 
 /// cuBLAS workspace (PyTorch gives cuBLAS 32 MiB on Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
@@ -54,6 +61,7 @@ pub struct Blas {
     _workspace: Buffer,
     tf32: Cell<bool>,
     sm_target: Cell<u32>,
+    operator_ranges: Cell<bool>,
 }
 
 fn check(call: &'static str, status: cb::cublasStatus_t) -> Result<()> {
@@ -106,6 +114,7 @@ impl Blas {
                 _workspace: workspace,
                 tf32: Cell::new(false),
                 sm_target: Cell::new(0),
+                operator_ranges: Cell::new(false),
             };
             check(
                 "cublasSetStream",
@@ -144,6 +153,19 @@ impl Blas {
         self.sm_target.get()
     }
 
+    /// Open an operator range around every following product (see the module's notes): they
+    /// cut a step captured as CUDA graphs at every product, so they are for traces.
+    pub fn set_operator_ranges(&self, on: bool) {
+        self.operator_ranges.set(on);
+    }
+
+    /// The operator range of a product, when operator ranges are on.
+    fn operator_range(&self, g: Gemm, adds: bool, batch: usize) -> Option<nvtx::Range> {
+        self.operator_ranges
+            .get()
+            .then(|| nvtx::range(&operator_label(g, adds, batch)))
+    }
+
     fn compute_type(&self, operands: DType) -> cb::cublasComputeType_t {
         if operands == DType::F32 && self.tf32.get() {
             cb::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
@@ -160,6 +182,7 @@ impl Blas {
     /// `D = op(A) op(B) + C` into a buffer other than `C` (fp32 both), through cuBLASLt: the
     /// residual add without copying the residual first.
     pub fn gemm_add(&self, g: Gemm, a: Mat, b: Mat, c: Mat, d: Mat) -> Result<()> {
+        let _op = self.operator_range(g, true, 1);
         self.lt
             .gemm_add(g, a, b, c, d, self.tf32.get(), self.sm_target.get())
     }
@@ -180,6 +203,7 @@ impl Blas {
         batch: usize,
     ) -> Result<()> {
         debug_assert_eq!(a.dtype, b.dtype, "cuBLAS needs both operands of one type");
+        let _op = self.operator_range(g, beta != 0.0, batch);
         let op = |t: bool| {
             if t {
                 cb::cublasOperation_t::CUBLAS_OP_T
@@ -252,6 +276,20 @@ impl Blas {
                 )
             }
         }
+    }
+}
+
+/// The `emit_nvtx` label of a product of `batch` matrices: the operands' logical shapes
+/// (`op(A)` `[m, k]`, `op(B)` `[k, n]`), after the output's when the product adds to it.
+fn operator_label(g: Gemm, adds: bool, batch: usize) -> String {
+    let (m, n, k) = (g.m, g.n, g.k);
+    match (batch > 1, adds) {
+        (false, false) => format!("aten::mm, sizes = [[{m}, {k}], [{k}, {n}]]"),
+        (false, true) => format!("aten::addmm, sizes = [[{m}, {n}], [{m}, {k}], [{k}, {n}]]"),
+        (true, false) => format!("aten::bmm, sizes = [[{batch}, {m}, {k}], [{batch}, {k}, {n}]]"),
+        (true, true) => format!(
+            "aten::baddbmm, sizes = [[{batch}, {m}, {n}], [{batch}, {m}, {k}], [{batch}, {k}, {n}]]"
+        ),
     }
 }
 
