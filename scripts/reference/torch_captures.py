@@ -7,7 +7,10 @@ tests on captures it did not make itself. Runs on the GPU machine, from the proj
     nsys profile ... --cuda-graph-trace=node ... python3 scripts/reference/torch_captures.py graphs
     # Kineto with a schedule (ProfilerStep#N), written to --out
     python3 scripts/reference/torch_captures.py kineto-schedule --out DIR
-    # Kineto with shapes, FLOPs and modules (record_shapes, with_flops, with_modules)
+    # Kineto with shapes, FLOPs and modules (record_shapes, with_flops, with_modules); with
+    # --precision bf16 (autocast), --tf32 (fp32 products on TF32) or --attention sdpa
+    # (scaled_dot_product_attention; sdpa-flash, -efficient, -cudnn force its backend) the file
+    # name says so
     python3 scripts/reference/torch_captures.py kineto-ops --out DIR
     # Steps whose GPU work overlaps: no synchronize between steps, and a spin kernel on a side
     # stream in each step that outlives it
@@ -49,6 +52,10 @@ def model_and_opt(size, ctx, layers):
     return model, opt
 
 
+# The step's numerics, set from the arguments: autocast to bf16 around the forward and loss.
+AUTOCAST = False
+
+
 @contextlib.contextmanager
 def phase(name):
     """An NVTX range for nsys and a `record_function` range for torch.profiler (free when no
@@ -62,12 +69,14 @@ def step(model, opt, ids, extra=None, graphs=False):
         # Each step replays the graphs anew; without this the next forward would overwrite
         # outputs the backward still reads.
         torch.compiler.cudagraph_mark_step_begin()
-    with phase("forward"):
+    cast = torch.autocast("cuda", dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext()
+    with phase("forward"), cast:
         out = model(ids)
     with phase("backward"):
         if extra is not None:
             extra()
-        loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.shape[-1]), ids.view(-1))
+        with cast:
+            loss = torch.nn.functional.cross_entropy(out.float().view(-1, out.shape[-1]), ids.view(-1))
         loss.backward()
     with phase("optimizer"):
         opt.step()
@@ -98,7 +107,8 @@ def kineto_schedule(a, kind="schedule", **extra):
 
     model, opt = model_and_opt(a.size, a.ctx, a.layers)
     ids = torch.randint(0, torch_model.VOCAB, (a.batch, a.ctx), device="cuda")
-    name = f"kineto_{kind}_{a.size}_l{a.layers}_ctx{a.ctx}_train_fp32.pt.trace.json"
+    variant = a.precision + ("_tf32" if a.tf32 else "") + ("" if a.attention == "explicit" else "_" + a.attention.replace("-", "_"))
+    name = f"kineto_{kind}_{a.size}_l{a.layers}_ctx{a.ctx}_train_{variant}.pt.trace.json"
     tmp = os.path.join("/tmp", name)
 
     def ready(prof):
@@ -206,8 +216,17 @@ def main():
     ap.add_argument("--slow-ms", type=float, default=20.0)
     ap.add_argument("--kineto", action="store_true",
                     help="ddp: torch.profiler in each rank instead of NVTX for nsys")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward and loss under autocast")
+    ap.add_argument("--tf32", action="store_true", help="fp32 matrix products on TF32")
+    ap.add_argument("--attention", default="explicit",
+                    choices=["explicit", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    global AUTOCAST
+    AUTOCAST = a.precision == "bf16"
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch_model.ATTENTION = a.attention
     torch.manual_seed(0)
     {"graphs": graphs, "kineto-schedule": kineto_schedule, "kineto-ops": kineto_ops,
      "emit-nvtx": emit_nvtx, "overlap": overlap, "ddp": ddp}[a.what](a)

@@ -14,6 +14,10 @@ CONFIGS = {
     "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32),
 }
 VOCAB = 10000
+# The attention core: "explicit" (the reference's einsum, masked softmax, einsum), "sdpa"
+# (torch.nn.functional.scaled_dot_product_attention, causal; PyTorch picks its backend), or
+# "sdpa-flash", "sdpa-efficient", "sdpa-cudnn" (that backend forced).
+ATTENTION = "explicit"
 
 
 class _Null:
@@ -67,6 +71,17 @@ def sdpa(q, k, v, mask, nvtx_attn):
         return torch.einsum("...qk,...kd->...qd", p, v)
 
 
+def sdpa_core(q, k, v):
+    """Causal attention through PyTorch's scaled_dot_product_attention, on the backend ATTENTION
+    names (PyTorch's choice for plain "sdpa")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}.get(ATTENTION)
+    ctx = sdpa_kernel(backend) if backend is not None else _Null()
+    with ctx:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class RoPE(nn.Module):
     def __init__(s, dk, ctx, theta=10000.0):
         super().__init__()
@@ -97,8 +112,12 @@ class Block(nn.Module):
         q, k, v = (t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (s.q(y), s.k(y), s.v(y)))
         pos = torch.arange(T, device=x.device)
         q, k = s.rope(q, pos), s.rope(k, pos)
-        mask = torch.tril(torch.ones(T, T, device=x.device, dtype=torch.bool))
-        a = sdpa(q, k, v, mask, s.nvtx_attn).transpose(1, 2).reshape(B, T, D)
+        if ATTENTION.startswith("sdpa"):
+            a = sdpa_core(q, k, v)
+        else:
+            mask = torch.tril(torch.ones(T, T, device=x.device, dtype=torch.bool))
+            a = sdpa(q, k, v, mask, s.nvtx_attn)
+        a = a.transpose(1, 2).reshape(B, T, D)
         x = x + s.o(a)
         y = s.ln2(x)
         return x + s.w2(torch.nn.functional.silu(s.w1(y)) * s.w3(y))

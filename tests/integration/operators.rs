@@ -392,3 +392,68 @@ fn kineto_matrix_flops_match_pytorchs_own_count() {
         counts["aten::bmm"]["calls"].as_u64().unwrap()
     );
 }
+
+/// The capture parameters of `torch_captures.py kineto-ops` (the small model's heads and width,
+/// 4 layers, batch 4, ctx 128, two recorded steps): what the attention FLOPs are counted from.
+const CAPTURE: (u64, u64, u64, u64, u64) = (4, 12, 128, 64, 4 * 2);
+
+/// Causal `scaled_dot_product_attention` on each of PyTorch's three CUDA backends, forced (bf16,
+/// H200, PyTorch 2.11): the operators that launch the kernels (`_flash_attention_forward` and
+/// `_efficient_attention_forward` take `[B, L, H, E]`, `_cudnn_attention_forward` takes
+/// `[B, H, L, E]`, and each says causal its own way) cost 4·B·H·L²·E/2 FLOPs forward and 2.5
+/// times that backward, counted by hand from the capture's shapes; their GPU time and the bf16
+/// roof come with them, and every kernel of the steps has its operator.
+#[test]
+fn sdpa_flops_follow_the_shapes_on_every_backend() {
+    let (b, h, l, e, calls) = CAPTURE;
+    let forward = 4 * b * h * l * l * e / 2;
+    for backend in ["flash", "efficient", "cudnn"] {
+        let p = by_op(&format!(
+            "kineto/kineto_ops_small_l4_ctx128_train_bf16_sdpa_{backend}.pt.trace.json.gz"
+        ));
+        check_sums(&p);
+        let v = view(&p);
+        assert_eq!(v.unattributed_kernels, 0, "{backend}");
+        for (suffix, flops) in [("forward", forward), ("backward", forward * 5 / 2)] {
+            let name = format!("aten::_{backend}_attention_{suffix}");
+            let op = v
+                .operators
+                .iter()
+                .find(|o| o.name == name)
+                .unwrap_or_else(|| panic!("{name} launched kernels"));
+            assert_eq!(op.calls as u64, calls, "{name}");
+            assert_eq!(op.flops, Some(flops * calls), "{name}");
+            assert!(op.gpu_ns > 0, "{name}");
+            assert_eq!(op.roof, Some("bf16 tensor"), "{name}");
+        }
+    }
+}
+
+/// The batched products of bf16 (autocast) and TF32 captures: FLOPs and calls equal PyTorch's
+/// own count (`prof.key_averages()`), and each is held to its type's tensor roof.
+#[test]
+fn bf16_and_tf32_products_match_pytorchs_count_and_roof() {
+    for (name, roof) in [
+        (
+            "kineto_ops_small_l4_ctx128_train_bf16_sdpa_cudnn",
+            "bf16 tensor",
+        ),
+        ("kineto_ops_small_l4_ctx128_train_fp32_tf32", "tf32 tensor"),
+    ] {
+        let p = by_op(&format!("kineto/{name}.pt.trace.json.gz"));
+        let text =
+            std::fs::read_to_string(common::fixture(&format!("kineto/{name}.flops.json"))).unwrap();
+        let counts: Value = serde_json::from_str(&text).unwrap();
+        let bmm = view(&p)
+            .operators
+            .iter()
+            .find(|o| o.name == "aten::bmm")
+            .expect("aten::bmm launched kernels");
+        assert_eq!(bmm.flops, counts["aten::bmm"]["flops"].as_u64(), "{name}");
+        assert_eq!(
+            bmm.calls as u64,
+            counts["aten::bmm"]["calls"].as_u64().unwrap()
+        );
+        assert_eq!(bmm.roof, Some(roof), "{name}");
+    }
+}

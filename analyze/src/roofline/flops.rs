@@ -6,10 +6,12 @@
 //! - **matmul** (`mm`, `addmm`, `bmm`, `baddbmm`, `matmul`, `linear`, and `einsum` through the
 //!   `bmm` it lowers to): 2·M·N·K FLOPs per product (a multiply and an add per term), times the
 //!   batch; bytes are both operands, the bias where there is one, and the output;
-//! - **attention** (`scaled_dot_product_attention` and its flash, efficient and cuDNN forms):
-//!   4·B·H·L·S·E FLOPs forward (QKᵀ and PV, each 2·L·S·E per head, E the head size), halved when
-//!   the scalar inputs say `is_causal`; the backward recomputes QKᵀ and forms four more products,
-//!   2.5 times the forward; bytes are Q, K, V and the output (and their gradients backward);
+//! - **attention** (`scaled_dot_product_attention` and its flash, efficient and cuDNN forms, down
+//!   to the operators that launch the kernels, whose flash and efficient forms take
+//!   `[B, L, H, E]` where the others take `[B, H, L, E]`): 4·B·H·L·S·E FLOPs forward (QKᵀ and PV,
+//!   each 2·L·S·E per head, E the head size), halved when the scalar inputs say causal; the
+//!   backward recomputes QKᵀ and forms four more products, 2.5 times the forward; bytes are Q, K,
+//!   V and the output (and their gradients backward);
 //! - **copies** (`copy_`, `to`, `clone`, `cat`, `fill_`, ...): no FLOPs, the bytes the pointwise
 //!   rule below gives; `index` and `embedding` move the rows they gather (read and written) and
 //!   the indices; scatters (`scatter_`, `index_put_`, `index_add_`, `nll_loss_backward`) read
@@ -292,23 +294,59 @@ fn matmul(op: &str, inputs: &[Input]) -> Option<(u64, u64)> {
     Some((flops, batch.saturating_mul(m).saturating_mul(n)))
 }
 
-/// FLOPs and elements moved of an attention call ([B, H, L, E] queries, [B, H, S, E] keys,
-/// [B, H, S, Ev] values).
-fn attention(op: &str, tensors: &[(usize, &[u64])], concrete: &[String]) -> Option<(u64, u64)> {
-    const FORWARD: [&str; 5] = [
-        "scaled_dot_product_attention",
+/// How an attention operator lays out its query, key and value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// `[batch, heads, length, head size]`, as `scaled_dot_product_attention` takes them.
+    Bhle,
+    /// `[batch, length, heads, head size]`, as the flash and memory-efficient kernels' own
+    /// operators take them.
+    Blhe,
+}
+
+/// How an attention operator says that it is causal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Causal {
+    /// A flag `is_causal`.
+    Flag,
+    /// A mask type (`custom_mask_type`), causal when not 0.
+    MaskType,
+}
+
+/// PyTorch's attention operators, by the name of the forward: each is also met with `_forward`
+/// or `_backward` appended where PyTorch has those operators (the innermost, which launch the
+/// kernels, are `_flash_attention_forward`, `_efficient_attention_forward`,
+/// `_cudnn_attention_forward` and their backwards).
+const ATTENTION: [(&str, Layout, Causal); 7] = [
+    ("scaled_dot_product_attention", Layout::Bhle, Causal::Flag),
+    (
         "_scaled_dot_product_flash_attention",
+        Layout::Bhle,
+        Causal::Flag,
+    ),
+    (
         "_scaled_dot_product_efficient_attention",
+        Layout::Bhle,
+        Causal::Flag,
+    ),
+    (
         "_scaled_dot_product_cudnn_attention",
-        "_flash_attention_forward",
-    ];
-    let backward = op.ends_with("_backward")
-        && FORWARD
-            .iter()
-            .any(|f| op.strip_suffix("_backward") == Some(*f));
-    if !backward && !FORWARD.contains(&op) {
-        return None;
-    }
+        Layout::Bhle,
+        Causal::Flag,
+    ),
+    ("_cudnn_attention", Layout::Bhle, Causal::Flag),
+    ("_flash_attention", Layout::Blhe, Causal::Flag),
+    ("_efficient_attention", Layout::Blhe, Causal::MaskType),
+];
+
+/// FLOPs and elements moved of an attention operator, forward or backward; `None` for any other
+/// operator or shapes that are not attention's.
+fn attention(op: &str, tensors: &[(usize, &[u64])], concrete: &[String]) -> Option<(u64, u64)> {
+    let (base, backward) = match op.strip_suffix("_backward") {
+        Some(base) => (base, true),
+        None => (op.strip_suffix("_forward").unwrap_or(op), false),
+    };
+    let &(_, layout, causal) = ATTENTION.iter().find(|(name, ..)| *name == base)?;
     // The backward's first tensor is the output's gradient; q, k, v follow.
     let qkv = if backward {
         &tensors[1.min(tensors.len())..]
@@ -318,16 +356,20 @@ fn attention(op: &str, tensors: &[(usize, &[u64])], concrete: &[String]) -> Opti
     let [(_, q), (_, k), (_, v), ..] = qkv else {
         return None;
     };
-    let ([b, h, l, e], [_, _, s, ek], [_, _, sv, ev]) = (*q, *k, *v) else {
+    let (&[b, q1, q2, e], &[kb, k1, k2, ek], &[vb, v1, v2, ev]) = (*q, *k, *v) else {
         return None;
     };
-    if e != ek || s != sv {
+    // (query heads, query length, key length, value length) in either layout.
+    let (h, l, s, sv) = match layout {
+        Layout::Bhle => (q1, q2, k2, v2),
+        Layout::Blhe => (q2, q1, k1, v1),
+    };
+    if e != ek || s != sv || kb != b || vb != b {
         return None;
     }
     let per_head = 2 * l * s * e + 2 * l * s * ev;
-    let mut flops = b.saturating_mul(*h).saturating_mul(per_head);
-    // `is_causal` is a scalar input; the profiler records its value where it kept them.
-    if concrete.iter().any(|c| c == "True") {
+    let mut flops = b.saturating_mul(h).saturating_mul(per_head);
+    if is_causal(concrete, causal) {
         flops /= 2;
     }
     let q_el = elements(q);
@@ -340,6 +382,31 @@ fn attention(op: &str, tensors: &[(usize, &[u64])], concrete: &[String]) -> Opti
         return Some((flops.saturating_mul(5) / 2, moved));
     }
     Some((flops, moved))
+}
+
+/// Whether an attention call was causal, from its scalar inputs' values as the profiler recorded
+/// them (none recorded: not causal). In every attention operator's signature the causal flag, or
+/// the mask type, is the first boolean, or integer, after the dropout probability, which is the
+/// first scalar written with a decimal point (`0.`): flags before it (`compute_log_sumexp`) and
+/// sizes (`max_q`) are not taken for it.
+fn is_causal(concrete: &[String], how: Causal) -> bool {
+    let Some(dropout) = concrete
+        .iter()
+        .position(|c| c.contains('.') && c.parse::<f64>().is_ok())
+    else {
+        return false;
+    };
+    let after = &concrete[dropout + 1..];
+    match how {
+        Causal::Flag => after
+            .iter()
+            .find(|c| *c == "True" || *c == "False")
+            .is_some_and(|c| c == "True"),
+        Causal::MaskType => after
+            .iter()
+            .find_map(|c| c.parse::<u64>().ok())
+            .is_some_and(|t| t != 0),
+    }
 }
 
 /// The broadcast of two shapes, `None` when they do not broadcast.
@@ -515,6 +582,51 @@ mod tests {
             "[[4, 12, 128, 64], [4, 12, 128, 64], [4, 12, 128, 64], [4, 12, 128, 64]]",
         );
         assert_eq!(bwd.flops, full.flops * 5 / 2);
+    }
+
+    /// The kernels' own operators: flash and efficient take `[B, L, H, E]`; a flag before the
+    /// dropout probability (`compute_log_sumexp`) is not the causal one; the efficient kernels say
+    /// causal by their mask type.
+    #[test]
+    fn attention_reads_each_operators_layout_and_causal_input() {
+        let at = |name: &str, shapes: &str, concrete: &str| {
+            let call = Recorded {
+                name,
+                shapes,
+                types: None,
+                concrete: Some(concrete),
+                flops: None,
+            };
+            cost(&call, Dtype::Bf16).unwrap().flops
+        };
+        let bhle = "[[4, 12, 128, 64], [4, 12, 128, 64], [4, 12, 128, 64], []]";
+        let blhe = "[[4, 128, 12, 64], [4, 128, 12, 64], [4, 128, 12, 64], []]";
+        let full = 4 * 4 * 12 * 128 * 128 * 64;
+        let flash = r#"["", "", "", "", "", "128", "128", "0.", "True", "False", "0.125"]"#;
+        assert_eq!(at("aten::_flash_attention_forward", blhe, flash), full / 2);
+        let cudnn = |causal: &str| {
+            format!(
+                r#"["", "", "", "", "", "", "128", "128", "True", "0.", "{causal}", "False", ""]"#
+            )
+        };
+        let (causal, not) = (cudnn("True"), cudnn("False"));
+        assert_eq!(
+            at("aten::_cudnn_attention_forward", bhle, &causal),
+            full / 2
+        );
+        assert_eq!(at("aten::_cudnn_attention_forward", bhle, &not), full);
+        let efficient = r#"["", "", "", "", "", "", "", "", "0.", "1", "True", "", "", ""]"#;
+        assert_eq!(
+            at("aten::_efficient_attention_forward", blhe, efficient),
+            full / 2
+        );
+        let bwd = "[[4, 128, 12, 64], [4, 128, 12, 64], [4, 128, 12, 64], [4, 128, 12, 64]]";
+        let none =
+            r#"["", "", "", "", "", "", "", "", "12", "12", "", "0.", "", "", "0", "False"]"#;
+        assert_eq!(
+            at("aten::_efficient_attention_backward", bwd, none),
+            full * 5 / 2
+        );
     }
 
     #[test]
