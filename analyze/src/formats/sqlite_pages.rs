@@ -63,6 +63,12 @@ pub struct Table {
     pub leaves: Vec<u32>,
 }
 
+thread_local! {
+    /// The buffer of a thread's page reads, kept from one scan to the next (a scan that starts
+    /// inside another finds it taken and makes its own).
+    static RUN_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Deeper B-trees than any SQLite writes (it stops at 20) are damage.
 const MAX_DEPTH: usize = 64;
 /// Consecutive pages read with one system call.
@@ -252,7 +258,7 @@ impl PageFile {
         &self,
         leaves: &[u32],
         fields: &[Field],
-        mut row: impl FnMut(&Row<'_>) -> Result<(), E>,
+        row: impl FnMut(&Row<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         // Record positions wanted, ascending, and where each goes in the output.
         let mut wanted: Vec<(usize, usize)> = fields
@@ -273,9 +279,35 @@ impl PageFile {
             }
             same
         });
+        // What the record does not give: the rowid on every row, and reals stored as integers.
+        // A column the table lacks stays NULL, as every slot starts.
+        let of =
+            |want: fn(&Field) -> bool| (0..fields.len()).filter(|&i| want(&fields[i])).collect();
+        let layout = Layout {
+            wanted,
+            copies,
+            rowids: of(|f| *f == Field::Rowid),
+            reals: of(|f| matches!(f, Field::Real(_))),
+        };
         let mut slots = vec![Slot::Null; fields.len()];
-        // As many pages as one read takes: a scan of a few leaves reads no more.
-        let mut buf = vec![0u8; self.page_size * RUN_PAGES.min(leaves.len()).max(1)];
+        // As many pages as one read takes: a scan of a few leaves reads no more. The buffer of
+        // the thread's last scan serves again, unzeroed: each read fills what it covers.
+        let mut buf = RUN_BUFFER.take();
+        buf.resize(self.page_size * RUN_PAGES.min(leaves.len()).max(1), 0);
+        let scanned = self.scan_runs(leaves, &layout, &mut slots, &mut buf, row);
+        RUN_BUFFER.set(buf);
+        scanned
+    }
+
+    /// [`PageFile::scan`]'s reads and rows, into `buf`.
+    fn scan_runs<E: From<Damaged>>(
+        &self,
+        leaves: &[u32],
+        layout: &Layout,
+        slots: &mut [Slot],
+        buf: &mut [u8],
+        mut row: impl FnMut(&Row<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut spill = Vec::new();
         let mut i = 0;
         while i < leaves.len() {
@@ -315,27 +347,20 @@ impl PageFile {
                     let (local, rowid) =
                         self.cell(&page[..self.usable], cell, number, &mut spill)?;
                     let payload = local.unwrap_or(&spill[..]);
-                    decode(payload, &wanted, &mut slots)
+                    decode(payload, &layout.wanted, slots)
                         .map_err(|m| Damaged(format!("a row of page {number}: {m}")))?;
-                    for &(from, to) in &copies {
+                    for &(from, to) in &layout.copies {
                         slots[to] = slots[from];
                     }
-                    for (out, f) in fields.iter().enumerate() {
-                        match f {
-                            Field::Rowid => slots[out] = Slot::Int(rowid),
-                            Field::Null => slots[out] = Slot::Null,
-                            Field::Real(_) => {
-                                if let Slot::Int(v) = slots[out] {
-                                    slots[out] = Slot::Real(v as f64);
-                                }
-                            }
-                            Field::Record(_) => {}
+                    for &out in &layout.rowids {
+                        slots[out] = Slot::Int(rowid);
+                    }
+                    for &out in &layout.reals {
+                        if let Slot::Int(v) = slots[out] {
+                            slots[out] = Slot::Real(v as f64);
                         }
                     }
-                    row(&Row {
-                        slots: &slots,
-                        payload,
-                    })?;
+                    row(&Row { slots, payload })?;
                 }
             }
             i += n;
@@ -345,6 +370,7 @@ impl PageFile {
 
     /// The payload and rowid of the cell at `offset` of a leaf page: the payload in place when it
     /// fits in the page (`Some`), else gathered with its overflow pages into `spill` (`None`).
+    #[inline]
     fn cell<'p>(
         &self,
         page: &'p [u8],
@@ -356,12 +382,28 @@ impl PageFile {
         let (size, a) = varint(page.get(offset..).ok_or_else(bad)?).ok_or_else(bad)?;
         let (rowid, b) = varint(page.get(offset + a..).ok_or_else(bad)?).ok_or_else(bad)?;
         let start = offset + a + b;
-        let u = self.usable as u64;
-        let max_local = u - 35;
-        if size <= max_local {
+        if size <= self.usable as u64 - 35 {
             let end = start + size as usize;
             return Ok((Some(page.get(start..end).ok_or_else(bad)?), rowid as i64));
         }
+        self.overflowing(page, start, size, number, spill)?;
+        Ok((None, rowid as i64))
+    }
+
+    /// The payload of `size` bytes at `start` of a leaf page that goes on in overflow pages,
+    /// gathered into `spill`.
+    #[inline(never)]
+    fn overflowing(
+        &self,
+        page: &[u8],
+        start: usize,
+        size: u64,
+        number: u32,
+        spill: &mut Vec<u8>,
+    ) -> Result<(), Damaged> {
+        let bad = || Damaged(format!("a cell of page {number} does not parse"));
+        let u = self.usable as u64;
+        let max_local = u - 35;
         if size > (1 << 30) {
             return Err(bad());
         }
@@ -383,8 +425,20 @@ impl PageFile {
             spill.extend_from_slice(&overflow[4..4 + take]);
             next = be32(&overflow);
         }
-        Ok((None, rowid as i64))
+        Ok(())
     }
+}
+
+/// Where a scan's fields come from, worked out once for all its rows.
+struct Layout {
+    /// Record positions wanted, ascending, and where each goes in the output.
+    wanted: Vec<(usize, usize)>,
+    /// Outputs of a position asked for twice, copied from its first: (from, to).
+    copies: Vec<(usize, usize)>,
+    /// Outputs of the rowid.
+    rowids: Vec<usize>,
+    /// Outputs of REAL columns, where an integer stored is read as a real.
+    reals: Vec<usize>,
 }
 
 /// A value of a row as decoded: numbers in place, text and blobs as where they lie in the
@@ -431,6 +485,7 @@ impl<'a> Row<'a> {
 
 /// Decode the values at the record positions `wanted` (ascending and distinct, with their
 /// output slots) of the record `payload` into `slots`; positions past the record's end are NULL.
+/// The values between those wanted are stepped over by their serial types alone.
 #[inline]
 fn decode(
     payload: &[u8],
@@ -444,45 +499,139 @@ fn decode(
         return Err("its record header is longer than the record");
     }
     let header = &payload[..header_len];
+    if let Some(&(last, _)) = wanted.last() {
+        if let Some(types) = header.get(at..at + last + 1) {
+            if let Some(done) = decode_short(payload, header_len, types, wanted, slots) {
+                return done;
+            }
+        }
+    }
     let mut body = header_len;
     let mut pos = 0;
-    let mut next = 0;
-    while next < wanted.len() && at < header_len {
-        // Serial types below 128, nearly all of them, are one byte.
-        let (t, n) = match header[at] {
-            b if b < 0x80 => (b as u64, 1),
-            _ => varint(&header[at..]).ok_or(BAD_HEADER)?,
-        };
-        at += n;
-        let len = match t {
-            0..=127 => match SERIAL_LEN[t as usize] {
-                u8::MAX => return Err("its record holds a reserved type"),
-                n => n as usize,
-            },
-            t => ((t - 12) / 2).min(1 << 31) as usize,
-        };
-        if pos == wanted[next].0 {
-            let bytes = payload
-                .get(body..body + len)
-                .ok_or("its values run past the record")?;
-            slots[wanted[next].1] = match t {
-                0 => Slot::Null,
-                1..=6 => Slot::Int(int_be(bytes)),
-                7 => Slot::Real(f64::from_bits(int_be(bytes) as u64)),
-                8 => Slot::Int(0),
-                9 => Slot::Int(1),
-                t if t % 2 == 0 => Slot::Blob(body as u32, len as u32),
-                _ => Slot::Text(body as u32, len as u32),
+    for (i, &(want, out)) in wanted.iter().enumerate() {
+        let t = loop {
+            // Serial types below 128, nearly all of them, are one byte.
+            let t = match header.get(at) {
+                Some(&b) if b < 0x80 => {
+                    at += 1;
+                    b as u64
+                }
+                Some(_) => {
+                    let (t, n) = varint(&header[at..]).ok_or(BAD_HEADER)?;
+                    at += n;
+                    t
+                }
+                None => {
+                    // The record ends before: this value and the rest are NULL.
+                    for &(_, out) in &wanted[i..] {
+                        slots[out] = Slot::Null;
+                    }
+                    return Ok(());
+                }
             };
-            next += 1;
-        }
+            pos += 1;
+            if pos > want {
+                break t;
+            }
+            body += serial_len(t)?;
+        };
+        let len = serial_len(t)?;
+        slots[out] = value(payload, body, t, len).ok_or("its values run past the record")?;
         body += len;
-        pos += 1;
-    }
-    for &(_, out) in &wanted[next..] {
-        slots[out] = Slot::Null;
     }
     Ok(())
+}
+
+/// [`decode`] where the serial types up to the last one wanted, `types` (the values start at
+/// `body`), are one byte each and none is reserved, as in nearly every row: every value's place
+/// is worked out first, in a loop that runs the same on every row, then the values wanted are
+/// read. `None`, having written nothing, where that does not hold: the caller takes the long way.
+#[inline(always)]
+fn decode_short(
+    payload: &[u8],
+    body: usize,
+    types: &[u8],
+    wanted: &[(usize, usize)],
+    slots: &mut [Slot],
+) -> Option<Result<(), &'static str>> {
+    const MOST: usize = 32;
+    if types.len() > MOST {
+        return None;
+    }
+    let mut places = [0u32; MOST];
+    // Below 2^31: a payload is at most 2^30 bytes, a type of one byte 57 at most.
+    let mut at = body as u32;
+    // Any type of two bytes or more sets the high bit; a reserved one has no length.
+    let (mut high, mut longest) = (0u8, 0u8);
+    for (place, &t) in places.iter_mut().zip(types) {
+        *place = at;
+        high |= t;
+        let len = SERIAL_LEN[(t & 0x7f) as usize];
+        longest = longest.max(len);
+        at += len as u32;
+    }
+    if high >= 0x80 || longest == u8::MAX {
+        return None;
+    }
+    for &(pos, out) in wanted {
+        let t = types[pos];
+        match value(
+            payload,
+            places[pos] as usize,
+            t.into(),
+            SERIAL_LEN[t as usize].into(),
+        ) {
+            Some(v) => slots[out] = v,
+            None => return Some(Err("its values run past the record")),
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Bytes of a value of serial type `t`.
+#[inline(always)]
+fn serial_len(t: u64) -> Result<usize, &'static str> {
+    match t {
+        0..=127 => match SERIAL_LEN[t as usize] {
+            u8::MAX => Err("its record holds a reserved type"),
+            n => Ok(n as usize),
+        },
+        t => Ok(((t - 12) / 2).min(1 << 31) as usize),
+    }
+}
+
+/// The value of serial type `t` and `len` bytes at `at` of `payload`; `None` when it runs past
+/// the end.
+#[inline(always)]
+fn value(payload: &[u8], at: usize, t: u64, len: usize) -> Option<Slot> {
+    if at + len > payload.len() {
+        return None;
+    }
+    Some(match t {
+        0 => Slot::Null,
+        1..=6 | 8 | 9 => Slot::Int(int_at(payload, at, t, len)),
+        7 => Slot::Real(f64::from_bits(int_at(payload, at, t, len) as u64)),
+        t if t % 2 == 0 => Slot::Blob(at as u32, len as u32),
+        _ => Slot::Text(at as u32, len as u32),
+    })
+}
+
+/// The integer of serial type `t` (1 to 9) at `at` of `payload`, its `len` bytes (0 to 8)
+/// there: big-endian two's complement, read as the top of a word and shifted down with its
+/// sign; types 8 and 9, of no bytes, are 0 and 1. The same steps for every type, so that rows
+/// whose columns change type cost no more.
+#[inline(always)]
+fn int_at(payload: &[u8], at: usize, t: u64, len: usize) -> i64 {
+    let word = match payload[at..].first_chunk::<8>() {
+        Some(word) => i64::from_be_bytes(*word),
+        None => {
+            let mut word = [0u8; 8];
+            word[..len].copy_from_slice(&payload[at..at + len]);
+            i64::from_be_bytes(word)
+        }
+    };
+    let v = word.checked_shr(64 - 8 * len as u32).unwrap_or(0);
+    v | (t == 9) as i64
 }
 
 /// Bytes of a value of each serial type below 128 (`u8::MAX`: reserved).
@@ -506,37 +655,20 @@ const SERIAL_LEN: [u8; 128] = {
     t
 };
 
-/// A big-endian two's-complement integer of 1 to 8 bytes.
-#[inline]
-fn int_be(bytes: &[u8]) -> i64 {
-    match *bytes {
-        [a] => a as i8 as i64,
-        [a, b] => i16::from_be_bytes([a, b]) as i64,
-        [a, b, c, d] => i32::from_be_bytes([a, b, c, d]) as i64,
-        [a, b, c, d, e, f, g, h] => i64::from_be_bytes([a, b, c, d, e, f, g, h]),
-        _ => {
-            let mut v: i64 = if bytes.first().is_some_and(|b| b & 0x80 != 0) {
-                -1
-            } else {
-                0
-            };
-            for &b in bytes {
-                v = (v << 8) | b as i64;
-            }
-            v
-        }
+/// An SQLite varint (1 to 9 bytes, big-endian, 7 bits a byte, the ninth byte whole) and its
+/// length.
+#[inline(always)]
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    match bytes.first() {
+        Some(&b) if b < 0x80 => Some((b as u64, 1)),
+        None => None,
+        _ => varint_long(bytes),
     }
 }
 
-/// An SQLite varint (1 to 9 bytes, big-endian, 7 bits a byte, the ninth byte whole) and its
-/// length.
+/// [`varint`] of two bytes or more.
 #[inline]
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    match bytes.first() {
-        Some(&b) if b < 0x80 => return Some((b as u64, 1)),
-        None => return None,
-        _ => {}
-    }
+fn varint_long(bytes: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
     for i in 0..9 {
         let b = *bytes.get(i)?;
@@ -683,13 +815,17 @@ mod tests {
         assert_eq!(varint(&[0x81, 0x00]), Some((128, 2)));
         assert_eq!(varint(&[0xff; 9]), Some((u64::MAX, 9)));
         assert_eq!(varint(&[0x81]), None);
-        assert_eq!(int_be(&[0xff]), -1);
-        assert_eq!(int_be(&[0x00, 0x80]), 128);
-        assert_eq!(int_be(&[0xff, 0xff, 0xfe]), -2);
-        assert_eq!(
-            int_be(&[0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
-            i64::MAX
-        );
+        assert_eq!(int_at(&[0xff], 0, 1, 1), -1);
+        assert_eq!(int_at(&[0x00, 0x80], 0, 2, 2), 128);
+        assert_eq!(int_at(&[0xff, 0xff, 0xfe], 0, 3, 3), -2);
+        let max = [0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(int_at(&max, 0, 6, 8), i64::MAX);
+        // Bytes after the value are not its own.
+        let then = [9, 0x01, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(int_at(&then, 1, 2, 2), 258);
+        assert_eq!(int_at(&then, 3, 5, 6), -1);
+        assert_eq!(int_at(&then, 10, 8, 0), 0);
+        assert_eq!(int_at(&then, 10, 9, 0), 1);
     }
 
     /// Every row of a table of every kind of value, small and overflowing, read from the pages

@@ -46,13 +46,16 @@ impl Sectioned for CsvRenderer {
 }
 
 /// `v` in decimal, without the formatting machinery (a trace prints millions of numbers).
+#[inline]
 pub(crate) fn push_int(buf: &mut Vec<u8>, v: i64) {
-    // The buffer is appended whole and cut to the number's length: a copy of a length known only
-    // as it runs is a call of its own, on every cell.
-    let mut out = [0u8; 24];
-    let len = write_int(v, &mut out);
+    // Made in place, in room cut to the number's length: made on the stack, its words would be
+    // read back whole before their stores had landed, a stall on every cell.
     let at = buf.len();
-    buf.extend_from_slice(&out);
+    buf.resize(at + INT_ROOM, 0);
+    let len = match buf[at..].first_chunk_mut::<INT_ROOM>() {
+        Some(out) => write_int(v, out),
+        None => 0,
+    };
     buf.truncate(at + len);
 }
 
@@ -62,9 +65,14 @@ pub fn decimal(v: i64, out: &mut [u8; 24]) -> &[u8] {
     &out[..len]
 }
 
+/// The room [`write_int`] writes in: the 20 characters of the longest number, and the rest of
+/// the last word it writes.
+pub(crate) const INT_ROOM: usize = 24;
+
 /// `v` in decimal at the start of `out`; its length. Eight digits at a time, each eight made at
 /// once ([`eight_digits`]) and written as one word.
-fn write_int(v: i64, out: &mut [u8; 24]) -> usize {
+#[inline(always)]
+pub(crate) fn write_int(v: i64, out: &mut [u8; INT_ROOM]) -> usize {
     const E8: u64 = 100_000_000;
     const ZEROS: u64 = u64::from_le_bytes([b'0'; 8]);
     let n = v.unsigned_abs();

@@ -19,7 +19,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 use serde_json::Value;
 
-use super::csv::{push_csv_field, push_int};
+use super::csv::{push_csv_field, push_int, write_int, INT_ROOM};
 use super::text::{aligned_line, shrink, MIN_TEXT};
 use super::{format_fixed, markdown_header, markdown_row, Cell, Format, Table};
 use crate::fast_hash::FastMap;
@@ -50,6 +50,13 @@ pub trait CellSink {
         match v {
             Some(v) => self.int(v),
             None => self.missing(),
+        }
+    }
+
+    /// Integer cells one after another, as [`CellSink::opt_int`] writes each.
+    fn ints(&mut self, vs: &[Option<i64>]) {
+        for &v in vs {
+            self.opt_int(v);
         }
     }
 
@@ -350,6 +357,26 @@ impl CellSink for CsvCells<'_> {
         if let Some(v) = v {
             push_int(&mut self.rows.bytes, v);
         }
+    }
+    fn ints(&mut self, vs: &[Option<i64>]) {
+        // Room made once for a comma and the widest number each, and cut to what they took.
+        let first = std::mem::take(&mut self.first);
+        let bytes = &mut self.rows.bytes;
+        let start = bytes.len();
+        bytes.resize(start + vs.len() * (1 + INT_ROOM), 0);
+        let mut at = start;
+        for (i, &v) in vs.iter().enumerate() {
+            if i > 0 || !first {
+                bytes[at] = b',';
+                at += 1;
+            }
+            if let Some(v) = v {
+                if let Some(room) = bytes[at..].first_chunk_mut::<INT_ROOM>() {
+                    at += write_int(v, room);
+                }
+            }
+        }
+        bytes.truncate(at);
     }
     fn group(&mut self, key: &[i64], fill: &mut dyn FnMut(&mut dyn CellSink)) {
         // Kept with a comma before each cell; the first cell of a row drops its own.

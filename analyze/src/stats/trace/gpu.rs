@@ -143,9 +143,7 @@ impl Context<'_> {
     }
 
     fn row(&self, op: &Op, device: usize, c: &mut dyn CellSink) {
-        c.int(op.start);
-        c.int(op.end - op.start);
-        c.opt_int(op.correlation_id);
+        c.ints(&[Some(op.start), Some(op.end - op.start), op.correlation_id]);
         // Past the correlation id a kernel's cells are those of its launch, the same for
         // every launch of a kernel with the same configuration: made once per configuration.
         if let What::Kernel {

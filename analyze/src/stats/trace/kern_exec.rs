@@ -193,13 +193,15 @@ impl Counts {
 
 fn row(text: &Text<'_>, call: &Call, k: &Launched, c: &mut dyn CellSink) {
     let queued = k.start - call.end >= 0;
-    c.int(call.start);
-    c.int(call.end - call.start);
-    c.opt_int(queued.then_some(call.end));
-    c.opt_int(queued.then_some(k.start - call.end));
-    c.int(k.start);
-    c.int(k.end - k.start);
-    c.int(call.end.max(k.end) - call.start);
+    c.ints(&[
+        Some(call.start),
+        Some(call.end - call.start),
+        queued.then_some(call.end),
+        queued.then_some(k.start - call.end),
+        Some(k.start),
+        Some(k.end - k.start),
+        Some(call.end.max(k.end) - call.start),
+    ]);
     // The rest is the same for every launch of a kernel from one thread with one
     // configuration: made once for each.
     let name = match k.name {
