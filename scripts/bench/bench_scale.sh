@@ -7,14 +7,17 @@
 #   scripts/bench/bench_scale.sh [REFERENCE_ANALYZE] [WORK_DIR]
 #
 # WORK_DIR (default /tmp/analyze-scale) receives the large inputs, made once with make_large.py
-# (they take minutes and about 8 GB of disk): the shared 60-step export ×50 (1.09 GB) and ×200
+# (they take minutes and about 11 GB of disk): the shared 60-step export ×50 (1.09 GB) and ×200
 # (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES), and a
 # folder of 20 copies of the 60-step export (`report` over it against `profile` of each file, the
-# `profile_each` row, one after the other in one timed shell; its peak is the largest). With a
+# `profile_each` row, one after the other in one timed shell; its peak is the largest), and the
+# 60-step export as the 64 per-rank files of one run (`ranks64`, each with its own process ids and
+# RANK, profiled as one run) beside one export of the same size (×64). With a
 # REFERENCE_ANALYZE binary, each command runs with it too (its outputs kept in WORK_DIR for the next
 # run) and the table says whether the outputs are equal byte for byte. ANALYZE names a prebuilt
 # binary instead of building one; ONLY runs (and makes the inputs of) the rows whose input name
-# matches an extended regular expression (x50, x200, kineto, memsnap, copies20, `x50|copies20`);
+# matches an extended regular expression (x50, x200, x64, ranks64, kineto, memsnap, copies20,
+# `x50|copies20`);
 # SHARED names another folder holding the shared fixtures' `ours/` files. The memory check of
 # both is off (ANALYZE_MEMORY_LIMIT=off), since the
 # reference build may predate it and the figures compare the work, not the refusal.
@@ -46,6 +49,14 @@ make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" 
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x200.sqlite" 200
 make_input kineto "$SHARED/kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz" "$WORK/kineto_x150.json" 150
 make_input memsnap "$MEMSNAP_BASE" "$WORK/memsnap_x$MEMSNAP_COPIES.pickle" "$MEMSNAP_COPIES"
+make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x64.sqlite" 64
+if [[ -z $ONLY || ranks64 =~ $ONLY ]]; then
+    mkdir -p "$WORK/ranks64"
+    for i in $(seq 0 63); do
+        f=$WORK/ranks64/run_rank$i.sqlite
+        [[ -f $f ]] || python3 scripts/bench/make_large.py nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$f" --copies 1 --rank "$i" 2>/dev/null
+    done
+fi
 [[ -z $ONLY || copies20 =~ $ONLY ]] && mkdir -p "$WORK/copies20"
 [[ -d $WORK/copies20 ]] && for i in $(seq -w 1 20); do
     [[ -f $WORK/copies20/run$i.sqlite.gz ]] || cp "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/copies20/run$i.sqlite.gz"
@@ -66,6 +77,8 @@ RUNS=(
     "profile|x50.sqlite|profile"
     "profile_device0|x50.sqlite|profile --device 0"
     "report|copies20|report -q --no-plots -o @TMP@"
+    "profile|x64.sqlite|profile"
+    "profile|ranks64|profile"
     "profile_each|copies20|profile"
     "stats_all|x200.sqlite|stats --report all"
     "stats_kern_sum|x200.sqlite|stats --report cuda_gpu_kern_sum"

@@ -319,3 +319,30 @@ fn report_reads_each_folder_of_rank_files_as_one_run() {
         }
     }
 }
+
+/// A run streamed file after file profiles as the same run loaded whole (`compare`'s reading):
+/// every figure but the rank table, which only the files give.
+#[test]
+fn a_run_streamed_profiles_as_the_run_loaded_whole() {
+    let classifier = Classifier::builtin();
+    for folder in [NSYS_SLOW, KINETO_SLOW] {
+        let streamed = serde_json::to_value(run(folder)).unwrap();
+        let trace = analyze::source::many::load_trace_or_run(&common::fixture(folder), &classifier)
+            .unwrap();
+        let loaded = profile::profile(&trace, &classifier, &ProfileOptions::default());
+        let loaded = serde_json::to_value(loaded).unwrap();
+        for key in [
+            "file",
+            "phases",
+            "step",
+            "whole_trace",
+            "attention",
+            "devices",
+            "graphs",
+            "step_breakdown",
+            "idle_gaps",
+        ] {
+            assert_eq!(streamed[key], loaded[key], "{folder}: {key}");
+        }
+    }
+}

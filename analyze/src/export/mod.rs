@@ -16,7 +16,7 @@
 //!
 //! Inputs are read as `profile` reads them: one file (an nsys export streams; with several
 //! processes in it, a first pass over the kernels finds which devices each ran on, for their
-//! ranks), or several per-rank files merged on one timeline ([`crate::source::many`]). The
+//! ranks), or several per-rank files read as one source on one timeline ([`crate::source::many`]). The
 //! dataset is written into a folder beside `OUT` and renamed into place once whole.
 
 pub mod documents;
@@ -144,19 +144,20 @@ pub fn export_files(
             }
         },
         _ => {
-            let run = many::load_run(&files, classifier)?;
+            let mut run = many::Run::open(&files, classifier, PER_KERNEL, PER_CALL)?;
             let ranks = Ranks {
-                of_process: (run.files.iter())
+                of_process: (run.files().iter())
                     .flat_map(|f| f.processes.iter().map(move |&p| (p, f.rank)))
                     .collect(),
-                default: run.files[0].rank,
+                default: run.files()[0].rank,
             };
-            let shift = shift(&run.trace, how.timeline)?;
-            let rows = range_rows(&run.trace, shift);
+            let trace = run.small_tables(true, true)?;
+            let shift = shift(&trace, how.timeline)?;
+            let rows = range_rows(&trace, shift);
             let sink = OpsSink::new(&staging.path().join("ops"), ranks.clone(), shift);
-            let profile = profile::profile_run(&run, classifier, opts, Some(&sink))?;
+            let profile = profile::profile_run(&mut run, trace, classifier, opts, Some(&sink))?.0;
             let mut exported = tables(staging.path(), sink, &profile, &rows, &ranks, shift)?;
-            exported.files = run.files;
+            exported.files = run.files().to_vec();
             (exported, shift)
         }
     };

@@ -352,7 +352,8 @@ impl Plan {
             }
             inst_windows.push(per);
         }
-        // Kernels come sorted by start from an export as nsys writes it.
+        // Kernels come sorted by start from an export as nsys writes it, and the files of a
+        // run merged by start (`Merged::new`).
         if !ops.windows(2).all(|w| w[0].start <= w[1].start) {
             ops.par_sort_unstable_by_key(|o| o.start);
         }

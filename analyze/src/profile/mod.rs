@@ -310,9 +310,9 @@ pub fn profile_file(
     }
 }
 
-/// Profile the per-rank files `paths` (folders stand for the traces in them) as one run: merged
-/// on one timeline ([`crate::source::many`]), with a rank table and each rank's clock offset.
-/// One path that is a file is profiled as [`profile_file`] does.
+/// Profile the per-rank files `paths` (folders stand for the traces in them) as one run: read as
+/// one source on one timeline ([`crate::source::many`]), with a rank table and each rank's clock
+/// offset. One path that is a file is profiled as [`profile_file`] does.
 pub fn profile_files(
     paths: &[PathBuf],
     classifier: &Classifier,
@@ -322,32 +322,34 @@ pub fn profile_files(
     if let [one] = &files[..] {
         return profile_file(one, classifier, opts);
     }
-    let run = crate::source::many::load_run(&files, classifier)?;
-    profile_run(&run, classifier, opts, None)
+    let mut run = Run::open(&files, classifier, PER_KERNEL, PER_CALL)?;
+    let trace = run.small_tables(true, true)?;
+    Ok(profile_run(&mut run, trace, classifier, opts, None)?.0)
 }
 
-/// Profile the files of `run`, merged: one rank each, with a rank table and each rank's clock
-/// offset; every attributed op handed to `sink` too, when there is one.
+/// Profile the files of `run`, whose small tables are `trace`: one rank each, with a rank table
+/// and each rank's clock offset; every attributed op handed to `sink` too, when there is one.
+/// With how many kernels the run has.
 pub fn profile_run(
-    run: &Run,
+    run: &mut Run,
+    trace: Trace,
     classifier: &Classifier,
     opts: &ProfileOptions,
     sink: Option<&dyn ClaimSink>,
-) -> Result<Profile> {
-    let mut source = LoadedSource::new(&run.trace);
-    let small = source.small_tables(true, true)?;
-    let mut p = profile_source_into(&mut source, small, classifier, opts, sink)?.0;
-    p.ranks = ranks::of_files(&p.devices, &run.files);
-    p.clock_offsets_ns = run.files.iter().map(|f| (f.rank, f.offset_ns)).collect();
+) -> Result<(Profile, usize)> {
+    let (mut p, kernels) = profile_source_into(run, trace, classifier, opts, sink)?;
+    let files = run.files();
+    p.ranks = ranks::of_files(&p.devices, files);
+    p.clock_offsets_ns = files.iter().map(|f| (f.rank, f.offset_ns)).collect();
     p.rank_the_straggler();
-    let from = run.files[0].rank_from.words();
+    let from = files[0].rank_from.words();
     p.notes.push(format!(
         "{} files read as one run, one rank each: ranks from {from}; clocks aligned to rank {}'s",
-        run.files.len(),
-        run.files[0].rank
+        files.len(),
+        files[0].rank
     ));
-    p.notes.extend(run.notes.iter().cloned());
-    Ok(p)
+    p.notes.extend(run.notes().iter().cloned());
+    Ok((p, kernels))
 }
 
 /// Profile `source`, whose small tables (ranges, memory operations, graph executions, metadata)

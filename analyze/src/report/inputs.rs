@@ -145,13 +145,13 @@ fn trace_run<S: TraceSource>(
     })
 }
 
-/// The per-rank files of one run, merged and profiled as one run, labelled by its first file.
+/// The per-rank files of one run, profiled as one run, labelled by its first file.
 fn rank_run(files: &[PathBuf], opts: &LoadOptions<'_>) -> Result<TraceRun> {
-    let run = many::load_run(files, opts.classifier)?;
+    let mut run = many::Run::open(files, opts.classifier, PER_KERNEL, PER_CALL)?;
     let first = &files[0];
     let labelled = label_run(
         &first.display().to_string(),
-        Some(&run.trace.source.run),
+        Some(&run.source().run),
         user_label(&opts.labels, first),
     );
     let more = files.len() - 1;
@@ -160,10 +160,10 @@ fn rank_run(files: &[PathBuf], opts: &LoadOptions<'_>) -> Result<TraceRun> {
         first.display(),
         if more == 1 { "" } else { "s" }
     );
-    let format = run.trace.source.format;
+    let format = run.source().format;
     finish_trace_run(file, format, labelled, opts, |popts| {
-        let profile = profile_run(&run, opts.classifier, popts, None)?;
-        Ok((profile, run.trace.kernels.len()))
+        let trace = run.small_tables(true, true)?;
+        profile_run(&mut run, trace, opts.classifier, popts, None)
     })
 }
 

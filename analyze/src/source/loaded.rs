@@ -33,7 +33,7 @@ impl ApiRow {
 }
 
 /// The names of a loaded trace's rows: already interned, their ids given as string ids.
-struct Interned<'a>(&'a mut Trace);
+pub(super) struct Interned<'a>(pub(super) &'a mut Trace);
 
 impl NameResolver for Interned<'_> {
     fn function(&mut self, key: u64) -> StrId {
@@ -71,6 +71,13 @@ fn in_chunks<T: Sync, S: Send>(
 
 /// The texts of a loaded trace's kernel names: its strings.
 pub struct TraceTexts<'a>(&'a Trace);
+
+impl<'a> TraceTexts<'a> {
+    /// The texts of `trace`'s kernel names.
+    pub fn new(trace: &'a Trace) -> TraceTexts<'a> {
+        TraceTexts(trace)
+    }
+}
 
 impl KernelTexts<(StrId, StrId, Option<StrId>)> for TraceTexts<'_> {
     fn text<'n>(&'n self, names: &'n (StrId, StrId, Option<StrId>)) -> Cow<'n, str> {

@@ -3,13 +3,15 @@
 //! [`Trace`] without kernels or API calls, and the large ones (CUDA API calls, then kernels) as
 //! rows pushed into the analysis's per-chunk state, chunks side by side on every core.
 //!
-//! Two sources implement [`TraceSource`]:
+//! Three sources implement [`TraceSource`]:
 //!
 //! - [`export::ExportSource`] streams an Nsight Systems export: its kernel and API tables are read
 //!   from the file's pages (or by SQL) without ever being held whole, each row checked against
 //!   the bounds a loaded trace keeps ([`crate::model::bounds`]);
 //! - [`loaded::LoadedSource`] is a [`Trace`] already in memory (a Kineto trace, or anything
-//!   loaded whole), its kernels and API calls handed over as the same rows.
+//!   loaded whole), its kernels and API calls handed over as the same rows;
+//! - [`many::Run`] is the per-rank files of one run on one timeline, each file one of the above,
+//!   its rows moved onto the run's clock and ids as they pass.
 //!
 //! An analysis written against [`TraceSource`] is written once: the streamed and the loaded
 //! input run the same code ([`crate::profile`]). [`open`] picks the source for a file: a stream
