@@ -118,7 +118,11 @@ fn one_operators_kernel_time_is_what_plain_sql_gives() {
 
 /// The operator row called `name`.
 fn operator<'p>(p: &'p Profile, name: &str) -> &'p OperatorRow {
-    view(p).operators.iter().find(|o| o.name == name).unwrap()
+    view(p)
+        .operators
+        .iter()
+        .find(|o| o.name == name)
+        .unwrap_or_else(|| panic!("{name} launched kernels"))
 }
 
 /// 2·B·M·N·K for `bmm([B, M, K], [B, K, N])`.
@@ -373,17 +377,9 @@ fn by_op_plots_the_roofline() {
 /// trace's events carry none) to 0.1%.
 #[test]
 fn kineto_matrix_flops_match_pytorchs_own_count() {
-    let p = by_op("kineto/kineto_flops_h100_small_l4_ctx128_train_fp32.pt.trace.json.gz");
-    let text = std::fs::read_to_string(common::fixture(
-        "kineto/kineto_flops_h100_small_l4_ctx128_train_fp32.flops.json",
-    ))
-    .unwrap();
-    let counts: Value = serde_json::from_str(&text).unwrap();
-    let bmm = view(&p)
-        .operators
-        .iter()
-        .find(|o| o.name == "aten::bmm")
-        .expect("aten::bmm launched kernels");
+    const NAME: &str = "kineto_flops_h100_small_l4_ctx128_train_fp32";
+    let p = by_op(&format!("kineto/{NAME}.pt.trace.json.gz"));
+    let (bmm, counts) = (operator(&p, "aten::bmm"), pytorch_counts(NAME));
     let theirs = counts["aten::bmm"]["flops"].as_f64().unwrap();
     let ours = bmm.flops.unwrap() as f64;
     assert!((ours - theirs).abs() <= theirs * 1e-3, "{ours} vs {theirs}");
@@ -391,6 +387,12 @@ fn kineto_matrix_flops_match_pytorchs_own_count() {
         bmm.calls as u64,
         counts["aten::bmm"]["calls"].as_u64().unwrap()
     );
+}
+
+/// PyTorch's own FLOP counts of the capture `name` (its `.flops.json` under `fixtures/kineto`).
+fn pytorch_counts(name: &str) -> Value {
+    let path = common::fixture(&format!("kineto/{name}.flops.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// The capture parameters of `torch_captures.py kineto-ops` (the small model's heads and width,
@@ -416,11 +418,7 @@ fn sdpa_flops_follow_the_shapes_on_every_backend() {
         assert_eq!(v.unattributed_kernels, 0, "{backend}");
         for (suffix, flops) in [("forward", forward), ("backward", forward * 5 / 2)] {
             let name = format!("aten::_{backend}_attention_{suffix}");
-            let op = v
-                .operators
-                .iter()
-                .find(|o| o.name == name)
-                .unwrap_or_else(|| panic!("{name} launched kernels"));
+            let op = operator(&p, &name);
             assert_eq!(op.calls as u64, calls, "{name}");
             assert_eq!(op.flops, Some(flops * calls), "{name}");
             assert!(op.gpu_ns > 0, "{name}");
@@ -441,14 +439,7 @@ fn bf16_and_tf32_products_match_pytorchs_count_and_roof() {
         ("kineto_ops_small_l4_ctx128_train_fp32_tf32", "tf32 tensor"),
     ] {
         let p = by_op(&format!("kineto/{name}.pt.trace.json.gz"));
-        let text =
-            std::fs::read_to_string(common::fixture(&format!("kineto/{name}.flops.json"))).unwrap();
-        let counts: Value = serde_json::from_str(&text).unwrap();
-        let bmm = view(&p)
-            .operators
-            .iter()
-            .find(|o| o.name == "aten::bmm")
-            .expect("aten::bmm launched kernels");
+        let (bmm, counts) = (operator(&p, "aten::bmm"), pytorch_counts(name));
         assert_eq!(bmm.flops, counts["aten::bmm"]["flops"].as_u64(), "{name}");
         assert_eq!(
             bmm.calls as u64,
