@@ -227,6 +227,76 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
     Ok(out)
 }
 
+/// A gzip file's inflated bytes as a stream, for readers that hold what they read rather than
+/// the bytes (memory snapshots). Within the gzip limit: a file whose trailer states more than
+/// the limit is refused before anything is read, since a streamed reader may stop at the first
+/// byte it cannot use, long before a count would reach the limit; and the read fails once more
+/// than the limit has come out ([`InflatedStream::take_error`] says why).
+pub struct InflatedStream {
+    gz: MultiGzDecoder<Counted<BufReader<File>>>,
+    stop: Stop,
+    total: u64,
+    path: std::path::PathBuf,
+    error: Option<Error>,
+    _task: progress::Task,
+}
+
+/// Open a gzip file as a stream of its inflated bytes, within `limits`' gzip limit.
+pub fn inflate_stream(path: &Path, limits: &Limits) -> Result<InflatedStream> {
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let (stop, expected) = plan(path, &mut file, limits, Vec::new())?;
+    if let Some(n) = expected.filter(|&n| n > stop.bound()) {
+        return Err(stop.error(path, Some(n)));
+    }
+    let compressed = file.metadata().map(|m| m.len()).ok();
+    let task = progress::begin(
+        || format!("reading {}", path.display()),
+        compressed,
+        progress::Unit::Bytes,
+    );
+    let counted = Counted {
+        inner: BufReader::with_capacity(1 << 16, file),
+        task: progress::Counter::new(),
+    };
+    Ok(InflatedStream {
+        gz: MultiGzDecoder::new(counted),
+        stop,
+        total: 0,
+        path: path.to_owned(),
+        error: None,
+        _task: task,
+    })
+}
+
+impl InflatedStream {
+    /// Why the last read failed, as the error to show (the limit, or damaged gzip data).
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+}
+
+impl Read for InflatedStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = match self.gz.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(e),
+            Err(e) => {
+                self.error = Some(Error::Malformed {
+                    path: self.path.clone(),
+                    message: format!("gzip data could not be decompressed: {e}"),
+                });
+                return Err(e);
+            }
+        };
+        self.total += n as u64;
+        if self.total > self.stop.bound() {
+            self.error = Some(self.stop.error(&self.path, None));
+            return Err(std::io::Error::other("past the gzip limit"));
+        }
+        Ok(n)
+    }
+}
+
 /// Inflate a gzip file into a new temporary file in [`Limits::temp_dir`], named `*.ext`.
 pub fn inflate_to_temp(path: &Path, limits: &Limits, ext: &str) -> Result<TempFile> {
     let mut file = File::open(path).map_err(Error::io(path))?;
