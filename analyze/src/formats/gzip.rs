@@ -228,10 +228,11 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
 }
 
 /// A gzip file's inflated bytes as a stream, for readers that hold what they read rather than
-/// the bytes (memory snapshots). Within the gzip limit: a file whose trailer states more than
-/// the limit is refused before anything is read, since a streamed reader may stop at the first
-/// byte it cannot use, long before a count would reach the limit; and the read fails once more
-/// than the limit has come out ([`InflatedStream::take_error`] says why).
+/// the bytes (memory snapshots). Within the gzip limit, counted as the bytes come out (a damaged
+/// trailer must not make a good file look like a bomb): the read fails once more than the limit
+/// has come out. A reader that stops early on bytes it cannot use asks
+/// [`InflatedStream::error_after`] for the error to show, which reads the rest first, so that a
+/// bomb is named as one whichever byte the reader stopped at.
 pub struct InflatedStream {
     gz: MultiGzDecoder<Counted<BufReader<File>>>,
     stop: Stop,
@@ -244,10 +245,7 @@ pub struct InflatedStream {
 /// Open a gzip file as a stream of its inflated bytes, within `limits`' gzip limit.
 pub fn inflate_stream(path: &Path, limits: &Limits) -> Result<InflatedStream> {
     let mut file = File::open(path).map_err(Error::io(path))?;
-    let (stop, expected) = plan(path, &mut file, limits, Vec::new())?;
-    if let Some(n) = expected.filter(|&n| n > stop.bound()) {
-        return Err(stop.error(path, Some(n)));
-    }
+    let (stop, _) = plan(path, &mut file, limits, Vec::new())?;
     let compressed = file.metadata().map(|m| m.len()).ok();
     let task = progress::begin(
         || format!("reading {}", path.display()),
@@ -269,9 +267,14 @@ pub fn inflate_stream(path: &Path, limits: &Limits) -> Result<InflatedStream> {
 }
 
 impl InflatedStream {
-    /// Why the last read failed, as the error to show (the limit, or damaged gzip data).
-    pub fn take_error(&mut self) -> Option<Error> {
-        self.error.take()
+    /// The error to show for a read that failed with `e`: the stream's own (the limit, or
+    /// damaged gzip data) where it failed, or fails when the rest is read and thrown away, as a
+    /// file inflated whole before it is read would have failed; else `e`.
+    pub fn error_after(&mut self, e: Error) -> Error {
+        if self.error.is_none() {
+            let _ = std::io::copy(self, &mut std::io::sink());
+        }
+        self.error.take().unwrap_or(e)
     }
 }
 

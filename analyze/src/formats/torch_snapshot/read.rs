@@ -54,7 +54,7 @@ pub fn load_with(path: &Path, limits: &Limits) -> Result<Snapshot> {
     if gzip::is_gzip(path)? {
         let mut stream = gzip::inflate_stream(path, limits)?;
         let read = from_reader(path, &mut stream);
-        return read.map_err(|e| stream.take_error().unwrap_or(e));
+        return read.map_err(|e| stream.error_after(e));
     }
     let file = File::open(path).map_err(Error::io(path))?;
     let size = file.metadata().map(|m| m.len()).ok();
