@@ -227,6 +227,79 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
     Ok(out)
 }
 
+/// A gzip file's inflated bytes as a stream, for readers that hold what they read rather than
+/// the bytes (memory snapshots). Within the gzip limit, counted as the bytes come out (a damaged
+/// trailer must not make a good file look like a bomb): the read fails once more than the limit
+/// has come out. A reader that stops early on bytes it cannot use asks
+/// [`InflatedStream::error_after`] for the error to show, which reads the rest first, so that a
+/// bomb is named as one whichever byte the reader stopped at.
+pub struct InflatedStream {
+    gz: MultiGzDecoder<Counted<BufReader<File>>>,
+    stop: Stop,
+    total: u64,
+    path: std::path::PathBuf,
+    error: Option<Error>,
+    _task: progress::Task,
+}
+
+/// Open a gzip file as a stream of its inflated bytes, within `limits`' gzip limit.
+pub fn inflate_stream(path: &Path, limits: &Limits) -> Result<InflatedStream> {
+    let mut file = File::open(path).map_err(Error::io(path))?;
+    let (stop, _) = plan(path, &mut file, limits, Vec::new())?;
+    let compressed = file.metadata().map(|m| m.len()).ok();
+    let task = progress::begin(
+        || format!("reading {}", path.display()),
+        compressed,
+        progress::Unit::Bytes,
+    );
+    let counted = Counted {
+        inner: BufReader::with_capacity(1 << 16, file),
+        task: progress::Counter::new(),
+    };
+    Ok(InflatedStream {
+        gz: MultiGzDecoder::new(counted),
+        stop,
+        total: 0,
+        path: path.to_owned(),
+        error: None,
+        _task: task,
+    })
+}
+
+impl InflatedStream {
+    /// The error to show for a read that failed with `e`: the stream's own (the limit, or
+    /// damaged gzip data) where it failed, or fails when the rest is read and thrown away, as a
+    /// file inflated whole before it is read would have failed; else `e`.
+    pub fn error_after(&mut self, e: Error) -> Error {
+        if self.error.is_none() {
+            let _ = std::io::copy(self, &mut std::io::sink());
+        }
+        self.error.take().unwrap_or(e)
+    }
+}
+
+impl Read for InflatedStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = match self.gz.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(e),
+            Err(e) => {
+                self.error = Some(Error::Malformed {
+                    path: self.path.clone(),
+                    message: format!("gzip data could not be decompressed: {e}"),
+                });
+                return Err(e);
+            }
+        };
+        self.total += n as u64;
+        if self.total > self.stop.bound() {
+            self.error = Some(self.stop.error(&self.path, None));
+            return Err(std::io::Error::other("past the gzip limit"));
+        }
+        Ok(n)
+    }
+}
+
 /// Inflate a gzip file into a new temporary file in [`Limits::temp_dir`], named `*.ext`.
 pub fn inflate_to_temp(path: &Path, limits: &Limits, ext: &str) -> Result<TempFile> {
     let mut file = File::open(path).map_err(Error::io(path))?;

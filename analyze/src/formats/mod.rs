@@ -184,12 +184,13 @@ pub fn load_with(path: &Path, limits: &Limits) -> Result<Input> {
     if let Some(trace) = nsys_sqlite::read::load_kind(path, kind, limits)? {
         return Ok(Input::Trace(Box::new(trace)));
     }
-    let bytes = read_maybe_gzip_with(path, limits)?;
     if kind == Kind::Kineto {
+        let bytes = read_maybe_gzip_with(path, limits)?;
         Ok(Input::Trace(Box::new(kineto::parse(path, &bytes)?)))
     } else {
-        Ok(Input::Snapshot(Box::new(torch_snapshot::read::from_bytes(
-            path, &bytes,
+        // Snapshots stream: their bytes are never held whole.
+        Ok(Input::Snapshot(Box::new(torch_snapshot::read::load_with(
+            path, limits,
         )?)))
     }
 }

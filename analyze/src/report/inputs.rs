@@ -234,8 +234,7 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             }
         }
         Kind::TorchSnapshot => {
-            let bytes = formats::read_maybe_gzip_with(path, &limits)?;
-            let snap = torch_snapshot::read::from_bytes(path, &bytes)?;
+            let snap = torch_snapshot::read::load_with(path, &limits)?;
             let labelled = label_run(&name, None, label);
             let mopts = MemoryOptions {
                 top: opts.memory_top,

@@ -8,14 +8,21 @@
 //! [`PickleError::Code`]. Opcodes it does not know stop it with [`PickleError::UnknownOpcode`],
 //! and input that ends early with [`PickleError::Truncated`].
 //!
-//! Hostile input is bounded: the reader is an iterative stack machine (no recursion), every
-//! length is checked against the bytes that are left before anything is allocated, and the memo
-//! holds handles rather than copies, so a value fetched a million times is stored once. Values
-//! live in an arena and are referred to by index; [`Value`] is `Copy`. Cycles (a list that
-//! contains itself) are representable; callers walk values along a known schema, never
-//! recursively without a bound.
+//! It reads from bytes ([`parse`]) or from any reader ([`parse_stream`]), through a buffer: a
+//! long argument is read as its bytes arrive, so a length field that promises more than the input
+//! holds allocates no more than what is there. An [`Appender`] may take over the items appended
+//! to the lists it chooses (a snapshot reader converts each trace entry as it comes): those items
+//! are not stored, their dicts are freed, and the memo holds [`Value::Taken`] in their place.
+//!
+//! Hostile input is bounded: the reader is an iterative stack machine (no recursion), and the
+//! memo holds handles rather than copies, so a value fetched a million times is stored once.
+//! Values live in an arena and are referred to by index; [`Value`] is `Copy`. A dict's handle
+//! carries its slot's generation, so a handle to a dict that was taken over reads as gone rather
+//! than as the next dict in its slot. Cycles (a list that contains itself) are representable;
+//! callers walk values along a known schema, never recursively without a bound.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use super::op;
 
@@ -32,8 +39,19 @@ pub enum Value {
     Bytes(u32),
     List(u32),
     Tuple(u32),
-    Dict(u32),
+    Dict(DictId),
     Set(u32),
+    /// A dict an [`Appender`] took over as it was appended to a list, by the appender's own id:
+    /// what the memo holds in its place from then on.
+    Taken(u32),
+}
+
+/// A dict's handle: its slot in the arena and the slot's generation. A slot is reused once its
+/// dict has been taken over ([`Appender`]), so a handle left over from before reads as gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DictId {
+    slot: u32,
+    generation: u32,
 }
 
 /// Why a pickle could not be read. Offsets are byte positions in the (decompressed) input.
@@ -58,6 +76,15 @@ pub enum PickleError {
         offset: u64,
         message: String,
     },
+    /// The input could not be read (an I/O or decompression error).
+    Read {
+        offset: u64,
+        message: String,
+    },
+    /// The [`Appender`] refused what was appended; it holds the reason.
+    Refused {
+        offset: u64,
+    },
 }
 
 impl std::fmt::Display for PickleError {
@@ -81,6 +108,12 @@ impl std::fmt::Display for PickleError {
             PickleError::Malformed { offset, message } => {
                 write!(f, "malformed pickle at byte {offset}: {message}")
             }
+            PickleError::Read { offset, message } => {
+                write!(f, "could not be read at byte {offset}: {message}")
+            }
+            PickleError::Refused { offset } => {
+                write!(f, "the reader refused the items appended at byte {offset}")
+            }
         }
     }
 }
@@ -89,12 +122,29 @@ impl std::fmt::Display for PickleError {
 #[derive(Debug, Default)]
 pub struct Pickle {
     pub root: Option<Value>,
+    /// Bytes read, up to and including `STOP`.
+    pub size: u64,
     strings: Vec<Box<str>>,
     bytes: Vec<Box<[u8]>>,
     big_ints: Vec<Box<[u8]>>,
     lists: Vec<Vec<Value>>,
-    dicts: Vec<Vec<(Value, Value)>>,
+    dicts: Vec<DictSlot>,
+    /// Slots of dicts taken over, for the next dicts.
+    free_dicts: Vec<u32>,
 }
+
+/// A dict of the arena, and where the memo keeps it (so that the memo can be pointed at what
+/// replaces it when it is taken over).
+#[derive(Debug, Default)]
+struct DictSlot {
+    generation: u32,
+    /// The memo index of the dict; [`NO_MEMO`] when none, [`MANY_MEMOS`] when more than one.
+    memo_at: u32,
+    items: Vec<(Value, Value)>,
+}
+
+const NO_MEMO: u32 = u32::MAX;
+const MANY_MEMOS: u32 = u32::MAX - 1;
 
 impl Pickle {
     /// The root value (a successful [`parse`] always has one).
@@ -129,7 +179,7 @@ impl Pickle {
     /// The entries of a dict in insertion order (later duplicates win in [`Pickle::get`]).
     pub fn dict(&self, v: Value) -> Option<&[(Value, Value)]> {
         match v {
-            Value::Dict(i) => self.dicts.get(i as usize).map(|d| &d[..]),
+            Value::Dict(id) => self.dict_slot(id).map(|d| &d.items[..]),
             _ => None,
         }
     }
@@ -157,9 +207,21 @@ impl Pickle {
         self.lists.len()
     }
 
-    /// How many dicts the arena holds (their handles are below this).
-    pub fn dict_count(&self) -> usize {
-        self.dicts.len()
+    fn dict_slot(&self, id: DictId) -> Option<&DictSlot> {
+        self.dicts
+            .get(id.slot as usize)
+            .filter(|d| d.generation == id.generation)
+    }
+
+    fn dict_slot_mut(&mut self, id: DictId) -> Option<&mut DictSlot> {
+        self.dicts
+            .get_mut(id.slot as usize)
+            .filter(|d| d.generation == id.generation)
+    }
+
+    /// A key that names a dict for as long as it lives (for caches of what a dict was read as).
+    pub fn dict_key(id: DictId) -> u64 {
+        u64::from(id.slot) | (u64::from(id.generation) << 32)
     }
 
     /// A short description of a value's type, for error messages.
@@ -173,8 +235,10 @@ impl Pickle {
             Value::Bytes(_) => "bytes",
             Value::List(_) => "list",
             Value::Tuple(_) => "tuple",
+            Value::Dict(id) if self.dict_slot(id).is_none() => "dict read before",
             Value::Dict(_) => "dict",
             Value::Set(_) => "set",
+            Value::Taken(_) => "value read before",
         }
     }
 
@@ -189,8 +253,10 @@ impl Pickle {
             Value::Bytes(_) => "bytes",
             Value::List(_) => "a list",
             Value::Tuple(_) => "a tuple",
+            Value::Dict(id) if self.dict_slot(id).is_none() => "a dict read before",
             Value::Dict(_) => "a dict",
             Value::Set(_) => "a set",
+            Value::Taken(_) => "a value read before",
         }
     }
 
@@ -223,10 +289,50 @@ impl Pickle {
         Ok(id)
     }
 
-    fn push_dict(&mut self, items: Vec<(Value, Value)>) -> Result<u32, String> {
-        let id = arena_id(self.dicts.len())?;
-        self.dicts.push(items);
-        Ok(id)
+    fn push_dict(&mut self, items: Vec<(Value, Value)>) -> Result<Value, String> {
+        let slot = match self.free_dicts.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = arena_id(self.dicts.len())?;
+                self.dicts.push(DictSlot::default());
+                slot
+            }
+        };
+        let d = &mut self.dicts[slot as usize];
+        d.memo_at = NO_MEMO;
+        d.items = items;
+        Ok(Value::Dict(DictId {
+            slot,
+            generation: d.generation,
+        }))
+    }
+
+    /// Free a dict an [`Appender`] took over: its slot goes to the next dict, and its memo entry
+    /// now holds `replacement`. Handles to it elsewhere read as gone.
+    fn release_dict(&mut self, id: DictId, memo: &mut Memo, replacement: Value) {
+        let Some(d) = self.dict_slot_mut(id) else {
+            return;
+        };
+        let memo_at = d.memo_at;
+        d.items = Vec::new();
+        d.generation = d.generation.wrapping_add(1);
+        self.free_dicts.push(id.slot);
+        if memo_at < MANY_MEMOS {
+            memo.put(memo_at, replacement);
+        }
+    }
+
+    /// Note that the memo holds `v` at `index`.
+    fn memoised(&mut self, index: u32, v: Value) {
+        if let Value::Dict(id) = v {
+            if let Some(d) = self.dict_slot_mut(id) {
+                d.memo_at = if d.memo_at == NO_MEMO || d.memo_at == index {
+                    index
+                } else {
+                    MANY_MEMOS
+                };
+            }
+        }
     }
 
     fn push_str(&mut self, s: Box<str>) -> Result<Value, String> {
@@ -278,27 +384,145 @@ impl Memo {
     }
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+/// The input, read through a buffer: opcodes and short arguments are served from the buffer,
+/// long ones are read as their bytes arrive, so a length field promising more than the input
+/// holds allocates no more than what is there.
+struct Input<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// The unread bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// Input offset of `buf[start]`.
+    offset: u64,
+    /// A long argument, read outside the buffer.
+    long: Vec<u8>,
+    at_eof: bool,
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, context: &'static str) -> Result<&'a [u8], PickleError> {
-        match self.pos.checked_add(n) {
-            Some(end) if end <= self.data.len() => {
-                let s = &self.data[self.pos..end];
-                self.pos = end;
-                Ok(s)
-            }
-            _ => Err(PickleError::Truncated {
-                offset: self.data.len() as u64,
-                context,
-            }),
+/// The buffer's size, and the longest argument served from it.
+const BUFFER: usize = 1 << 16;
+
+impl<R: Read> Input<R> {
+    fn new(inner: R) -> Self {
+        Input {
+            inner,
+            buf: vec![0; BUFFER],
+            start: 0,
+            end: 0,
+            offset: 0,
+            long: Vec::new(),
+            at_eof: false,
         }
     }
 
+    fn pos(&self) -> u64 {
+        self.offset
+    }
+
+    /// Read more bytes after `end`; `Ok(false)` at the end of the input.
+    fn fill(&mut self) -> Result<bool, PickleError> {
+        if self.at_eof {
+            return Ok(false);
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                // A protocol 0 line longer than the buffer.
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.at_eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(PickleError::Read {
+                        offset: self.offset + (self.end - self.start) as u64,
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+
+    fn truncated(&self, context: &'static str) -> PickleError {
+        PickleError::Truncated {
+            offset: self.offset + (self.end - self.start) as u64,
+            context,
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        self.offset += n as u64;
+    }
+
+    fn take(&mut self, n: usize, context: &'static str) -> Result<&[u8], PickleError> {
+        if n > BUFFER {
+            return self.take_long(n as u64, context);
+        }
+        while self.end - self.start < n {
+            if self.start + n > self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if !self.fill()? {
+                return Err(self.truncated(context));
+            }
+        }
+        let s = self.start;
+        self.consume(n);
+        Ok(&self.buf[s..s + n])
+    }
+
+    /// An argument longer than the buffer, in a vector that grows as its bytes arrive.
+    fn take_long(&mut self, n: u64, context: &'static str) -> Result<&[u8], PickleError> {
+        self.long.clear();
+        self.long.extend_from_slice(&self.buf[self.start..self.end]);
+        let buffered = (self.end - self.start) as u64;
+        self.consume(self.end - self.start);
+        self.start = 0;
+        self.end = 0;
+        let mut rest = (&mut self.inner).take(n - buffered);
+        let read = loop {
+            match rest.read_to_end(&mut self.long) {
+                Ok(_) => break Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.offset += self.long.len() as u64 - buffered;
+        if let Err(e) = read {
+            return Err(PickleError::Read {
+                offset: self.offset,
+                message: e.to_string(),
+            });
+        }
+        if (self.long.len() as u64) < n {
+            self.at_eof = true;
+            return Err(self.truncated(context));
+        }
+        Ok(&self.long)
+    }
+
     fn u8(&mut self, context: &'static str) -> Result<u8, PickleError> {
+        if self.start < self.end {
+            let b = self.buf[self.start];
+            self.consume(1);
+            return Ok(b);
+        }
         Ok(self.take(1, context)?[0])
     }
 
@@ -308,31 +532,29 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    /// A length prefix, checked against what is left so that nothing is allocated for bytes that
-    /// are not there.
-    fn len_prefixed(&mut self, n: u64, context: &'static str) -> Result<&'a [u8], PickleError> {
-        let left = (self.data.len() - self.pos) as u64;
-        if n > left {
-            return Err(PickleError::Truncated {
-                offset: self.data.len() as u64,
-                context,
-            });
+    /// A length-prefixed argument: nothing is allocated for bytes that are not there.
+    fn len_prefixed(&mut self, n: u64, context: &'static str) -> Result<&[u8], PickleError> {
+        match usize::try_from(n) {
+            Ok(n) if n <= BUFFER => self.take(n, context),
+            _ => self.take_long(n, context),
         }
-        self.take(n as usize, context)
     }
 
     /// A newline-terminated argument of the text opcodes (protocol 0).
-    fn line(&mut self, context: &'static str) -> Result<&'a [u8], PickleError> {
-        let rest = &self.data[self.pos..];
-        match rest.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                self.pos += i + 1;
-                Ok(&rest[..i])
+    fn line(&mut self, context: &'static str) -> Result<&[u8], PickleError> {
+        let mut searched = 0;
+        loop {
+            let unread = &self.buf[self.start + searched..self.end];
+            if let Some(i) = unread.iter().position(|&b| b == b'\n') {
+                let s = self.start;
+                let len = searched + i;
+                self.consume(len + 1);
+                return Ok(&self.buf[s..s + len]);
             }
-            None => Err(PickleError::Truncated {
-                offset: self.data.len() as u64,
-                context,
-            }),
+            searched = self.end - self.start;
+            if !self.fill()? {
+                return Err(self.truncated(context));
+            }
         }
     }
 }
@@ -362,16 +584,65 @@ fn code_opcode_name(code: u8) -> Option<&'static str> {
 /// The highest pickle protocol Python writes today.
 const HIGHEST_PROTOCOL: u8 = 5;
 
+/// Takes over the items appended to the lists it chooses, so that a reader that folds a long
+/// list into records of its own never holds that list as values. The items it takes are not
+/// stored in the list, and each dict among them is freed: the memo holds [`Value::Taken`] with
+/// the appender's id for it in its place, so a later `GET` of it hands the appender its own
+/// record back.
+pub trait Appender {
+    /// `items` are about to be appended to the list `list`, which is on top of `stack` (the
+    /// values below it are those of the containers still being built); `at` is the input offset
+    /// of the opcode. Return `Ok(false)` to
+    /// leave them to the list, or `Ok(true)` having pushed one id per item onto `taken`.
+    fn append(
+        &mut self,
+        p: &Pickle,
+        stack: &[Value],
+        list: u32,
+        items: &[Value],
+        taken: &mut Vec<u32>,
+        at: u64,
+    ) -> Result<bool, Refused>;
+}
+
+/// An [`Appender`] refused the items; it keeps the reason.
+#[derive(Debug)]
+pub struct Refused;
+
+/// The appender of a plain read: every list keeps its items.
+struct KeepAll;
+
+impl Appender for KeepAll {
+    fn append(
+        &mut self,
+        _: &Pickle,
+        _: &[Value],
+        _: u32,
+        _: &[Value],
+        _: &mut Vec<u32>,
+        _: u64,
+    ) -> Result<bool, Refused> {
+        Ok(false)
+    }
+}
+
 /// Read a whole pickle. Bytes after `STOP` are ignored, as Python does.
 pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
+    parse_stream(data, &mut KeepAll)
+}
+
+/// Read a pickle as its bytes come from `input`, handing appended items to `appender`. Bytes
+/// after `STOP` are not read.
+pub fn parse_stream<R: Read>(input: R, appender: &mut dyn Appender) -> Result<Pickle, PickleError> {
     let mut p = Pickle::default();
-    let mut r = Reader { data, pos: 0 };
+    let mut r = Input::new(input);
     let mut stack: Vec<Value> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo = Memo::default();
+    let mut taken: Vec<u32> = Vec::new();
 
     loop {
-        let at = r.pos as u64;
+        let at = r.pos();
         let code = r.u8("an opcode (no STOP before the end)")?;
         let malformed = |message: String| PickleError::Malformed {
             offset: at,
@@ -397,6 +668,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
             op::STOP => {
                 let root = stack.pop().ok_or_else(underflow)?;
                 p.root = Some(root);
+                p.size = r.pos();
                 return Ok(p);
             }
             op::MARK => marks.push(stack.len()),
@@ -523,7 +795,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let b = r.len_prefixed(n, "BINBYTES8")?;
                 stack.push(p.push_bytes(b).map_err(malformed)?);
             }
-            op::EMPTY_DICT => stack.push(Value::Dict(p.push_dict(Vec::new()).map_err(malformed)?)),
+            op::EMPTY_DICT => stack.push(p.push_dict(Vec::new()).map_err(malformed)?),
             op::EMPTY_LIST => stack.push(Value::List(p.push_list(Vec::new()).map_err(malformed)?)),
             op::EMPTY_TUPLE => {
                 stack.push(Value::Tuple(p.push_list(Vec::new()).map_err(malformed)?))
@@ -538,7 +810,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                             return Err(malformed("DICT with an odd number of items".into()));
                         }
                         let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
-                        Value::Dict(p.push_dict(pairs).map_err(malformed)?)
+                        p.push_dict(pairs).map_err(malformed)?
                     }
                     op::LIST => Value::List(p.push_list(items).map_err(malformed)?),
                     op::TUPLE => Value::Tuple(p.push_list(items).map_err(malformed)?),
@@ -558,7 +830,15 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let item = stack.pop().ok_or_else(underflow)?;
                 let target = *stack.last().ok_or_else(underflow)?;
                 match target {
-                    Value::List(i) => p.lists[i as usize].push(item),
+                    Value::List(i) => {
+                        let mut lists = Lists {
+                            p: &mut p,
+                            memo: &mut memo,
+                            taken: &mut taken,
+                            at,
+                        };
+                        lists.append(appender, &stack, i, vec![item])?;
+                    }
                     other => {
                         return Err(malformed(format!(
                             "APPEND to a {}, not a list",
@@ -574,9 +854,16 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 }
                 let items = stack.split_off(m);
                 match (code, stack[m - 1]) {
-                    (op::APPENDS, Value::List(i)) | (op::ADDITEMS, Value::Set(i)) => {
-                        p.lists[i as usize].extend(items)
+                    (op::APPENDS, Value::List(i)) => {
+                        let mut lists = Lists {
+                            p: &mut p,
+                            memo: &mut memo,
+                            taken: &mut taken,
+                            at,
+                        };
+                        lists.append(appender, &stack, i, items)?;
                     }
+                    (op::ADDITEMS, Value::Set(i)) => p.lists[i as usize].extend(items),
                     (_, other) => {
                         return Err(malformed(format!(
                             "adding items to a {}",
@@ -592,7 +879,11 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let v = stack.pop().ok_or_else(underflow)?;
                 let k = stack.pop().ok_or_else(underflow)?;
                 match stack[stack.len() - 1] {
-                    Value::Dict(i) => p.dicts[i as usize].push((k, v)),
+                    Value::Dict(id) if p.dict_slot(id).is_some() => {
+                        if let Some(d) = p.dict_slot_mut(id) {
+                            d.items.push((k, v));
+                        }
+                    }
                     other => {
                         return Err(malformed(format!(
                             "SETITEM on a {}, not a dict",
@@ -611,8 +902,10 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                     return Err(malformed("SETITEMS with an odd number of items".into()));
                 }
                 match stack[m - 1] {
-                    Value::Dict(i) => {
-                        p.dicts[i as usize].extend(items.chunks_exact(2).map(|c| (c[0], c[1])))
+                    Value::Dict(id) if p.dict_slot(id).is_some() => {
+                        if let Some(d) = p.dict_slot_mut(id) {
+                            d.items.extend(items.chunks_exact(2).map(|c| (c[0], c[1])));
+                        }
                     }
                     other => {
                         return Err(malformed(format!(
@@ -627,20 +920,20 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 let idx = parse_text_int(line)
                     .and_then(|i| u32::try_from(i).ok())
                     .ok_or_else(|| malformed("PUT with a bad memo index".into()))?;
-                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+                remember(&mut p, &mut memo, idx, *stack.last().ok_or_else(underflow)?);
             }
             op::BINPUT => {
                 let idx = u32::from(r.u8("BINPUT")?);
-                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+                remember(&mut p, &mut memo, idx, *stack.last().ok_or_else(underflow)?);
             }
             op::LONG_BINPUT => {
                 let idx = u32::from_le_bytes(r.le("LONG_BINPUT")?);
-                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+                remember(&mut p, &mut memo, idx, *stack.last().ok_or_else(underflow)?);
             }
             op::MEMOIZE => {
                 let idx =
                     u32::try_from(memo.len()).map_err(|_| malformed("memo is full".into()))?;
-                memo.put(idx, *stack.last().ok_or_else(underflow)?);
+                remember(&mut p, &mut memo, idx, *stack.last().ok_or_else(underflow)?);
             }
             op::GET | op::BINGET | op::LONG_BINGET => {
                 let idx = match code {
@@ -662,9 +955,9 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 if let Some(opname) = code_opcode_name(code) {
                     let name = match code {
                         op::GLOBAL | op::INST => {
-                            let module = r.line(opname)?;
-                            let name = r.line(opname)?;
-                            format!("{}.{}", lossy(module), lossy(name))
+                            let module = lossy(r.line(opname)?);
+                            let name = lossy(r.line(opname)?);
+                            format!("{module}.{name}")
                         }
                         op::STACK_GLOBAL => match (stack.len() >= 2)
                             .then(|| (stack[stack.len() - 2], stack[stack.len() - 1]))
@@ -690,6 +983,46 @@ pub fn parse(data: &[u8]) -> Result<Pickle, PickleError> {
                 });
             }
         }
+    }
+}
+
+/// Remember `v` at memo index `index`.
+fn remember(p: &mut Pickle, memo: &mut Memo, index: u32, v: Value) {
+    memo.put(index, v);
+    p.memoised(index, v);
+}
+
+/// What appending to a list touches: the arena, the memo (where a dict taken over is replaced)
+/// and the buffer of the appender's ids.
+struct Lists<'a> {
+    p: &'a mut Pickle,
+    memo: &'a mut Memo,
+    taken: &'a mut Vec<u32>,
+    at: u64,
+}
+
+impl Lists<'_> {
+    fn append(
+        &mut self,
+        appender: &mut dyn Appender,
+        stack: &[Value],
+        list: u32,
+        items: Vec<Value>,
+    ) -> Result<(), PickleError> {
+        self.taken.clear();
+        let took = appender
+            .append(self.p, stack, list, &items, self.taken, self.at)
+            .map_err(|Refused| PickleError::Refused { offset: self.at })?;
+        if !took {
+            self.p.lists[list as usize].extend(items);
+            return Ok(());
+        }
+        for (item, &id) in items.iter().zip(self.taken.iter()) {
+            if let Value::Dict(d) = *item {
+                self.p.release_dict(d, self.memo, Value::Taken(id));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -2,6 +2,11 @@
 //! or gzip-compressed), and [`super::write`] writes for `collect`, read with the plain-data
 //! [`crate::formats::pickle`] reader into a [`Snapshot`].
 //!
+//! The file streams through the pickle reader and is never held whole. Trace entries, nearly all
+//! of a large snapshot, are converted as they are appended to their device's trace (a
+//! [`Streamer`]), so the pickle's dict of each is freed at once; the rest (segments, settings,
+//! annotations) is converted from the pickle's values once it is read, by the same rules.
+//!
 //! Layouts met so far:
 //! - PyTorch 2.0/2.1: a dict with `segments` and `device_traces`; trace entries without
 //!   `time_us`; blocks may carry their stack in `history[0].frames` and no `requested_size`.
@@ -21,28 +26,191 @@
 //! hostile pickle that references one huge list many times is refused, not walked for hours.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 
 use super::key;
 use crate::error::{Error, Result};
 use crate::fast_hash::FastMap;
+use crate::formats::gzip;
+use crate::formats::limits::Limits;
 use crate::formats::pickle::read::{self as pickle, Pickle, PickleError, Value};
 use crate::model::snapshot::{
     Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
     SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
 };
+use crate::progress;
 
-/// Read a snapshot file (plain pickle or gzip).
+/// Read a snapshot file (plain pickle or gzip), within the limits of the environment.
 pub fn load(path: &Path) -> Result<Snapshot> {
-    let data = crate::formats::read_maybe_gzip(path)?;
-    from_bytes(path, &data)
+    load_with(path, &Limits::from_env()?)
+}
+
+/// Read a snapshot file as a stream (through the gzip decoder when compressed, within the gzip
+/// limit of `limits`): the file's bytes are never held whole.
+pub fn load_with(path: &Path, limits: &Limits) -> Result<Snapshot> {
+    crate::formats::check_file(path)?;
+    if gzip::is_gzip(path)? {
+        let mut stream = gzip::inflate_stream(path, limits)?;
+        let read = from_reader(path, &mut stream);
+        return read.map_err(|e| stream.error_after(e));
+    }
+    let file = File::open(path).map_err(Error::io(path))?;
+    let size = file.metadata().map(|m| m.len()).ok();
+    let _task = progress::begin(
+        || format!("reading {}", path.display()),
+        size,
+        progress::Unit::Bytes,
+    );
+    from_reader(path, file)
 }
 
 /// Read a snapshot from the decompressed pickle bytes; `path` only names the input in errors.
 pub fn from_bytes(path: &Path, data: &[u8]) -> Result<Snapshot> {
-    let p = pickle::parse(data).map_err(|e| pickle_error(path, e))?;
-    let budget = (data.len() as u64).saturating_mul(2).saturating_add(4096);
-    Converter::new(&p, path, budget).snapshot()
+    from_reader(path, data)
+}
+
+/// Read a snapshot as its pickle's bytes come from `input`: the trace entries are converted as
+/// they are appended to their device's trace ([`Streamer`]), everything else once the pickle
+/// is read. `path` only names the input in errors.
+pub fn from_reader(path: &Path, input: impl Read) -> Result<Snapshot> {
+    let mut streamer = Streamer {
+        path,
+        st: Interner::new(4096),
+        taken: Taken::default(),
+        error: None,
+    };
+    let p = match pickle::parse_stream(input, &mut streamer) {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(streamer
+                .error
+                .take()
+                .unwrap_or_else(|| pickle_error(path, e)))
+        }
+    };
+    streamer.st.allow(p.size);
+    Converter {
+        p: &p,
+        path,
+        st: &mut streamer.st,
+        taken: &mut streamer.taken,
+    }
+    .snapshot()
+}
+
+/// The trace entries taken over while the pickle streams, and the lists they went to.
+#[derive(Default)]
+struct Taken {
+    /// Every entry taken, by its [`Value::Taken`] id.
+    entries: Vec<TraceEntry>,
+    /// The device traces being filled, by list handle.
+    lists: FastMap<u32, TakenList>,
+}
+
+/// A device trace filled as the pickle streams.
+struct TakenList {
+    device: usize,
+    /// The ids of its entries, as runs of consecutive ids `(first, count)`.
+    runs: Vec<(u32, u32)>,
+    len: usize,
+}
+
+/// Converts each trace entry as it is appended to its device's trace, so that the pickle's
+/// dicts of entries are freed as they come and only the model's entries are held. A list is a
+/// device trace when it is being built under the root dict's `device_traces` key: on the stack,
+/// the root dict at the bottom, then the key, the list of traces and the traces still pending.
+/// Any other list keeps its items, and is converted once the pickle is read.
+struct Streamer<'a> {
+    path: &'a Path,
+    st: Interner,
+    taken: Taken,
+    /// Why an entry was refused.
+    error: Option<Error>,
+}
+
+impl Streamer<'_> {
+    /// The device whose trace `stack`'s top list is, if it is one being built.
+    fn device_of(p: &Pickle, stack: &[Value]) -> Option<usize> {
+        let top = stack.len().checked_sub(1)?;
+        let mut outer = top;
+        while outer > 0 && matches!(stack[outer - 1], Value::List(_)) {
+            outer -= 1;
+        }
+        if outer == top || outer < 2 || !matches!(stack[0], Value::Dict(_)) {
+            return None;
+        }
+        if p.str(stack[outer - 1]) != Some(key::DEVICE_TRACES) {
+            return None;
+        }
+        Some(p.seq(stack[outer])?.len() + (top - outer - 1))
+    }
+}
+
+impl pickle::Appender for Streamer<'_> {
+    fn append(
+        &mut self,
+        p: &Pickle,
+        stack: &[Value],
+        list: u32,
+        items: &[Value],
+        taken: &mut Vec<u32>,
+        at: u64,
+    ) -> std::result::Result<bool, pickle::Refused> {
+        if !self.taken.lists.contains_key(&list) {
+            let fresh = p.seq(Value::List(list)).is_some_and(<[Value]>::is_empty);
+            let Some(device) = fresh.then(|| Self::device_of(p, stack)).flatten() else {
+                return Ok(false);
+            };
+            let new = TakenList {
+                device,
+                runs: Vec::new(),
+                len: 0,
+            };
+            self.taken.lists.insert(list, new);
+        }
+        self.st.allow(at);
+        for &item in items {
+            let (device, index) = self
+                .taken
+                .lists
+                .get(&list)
+                .map_or((0, 0), |l| (l.device, l.len));
+            let mut c = Converter {
+                p,
+                path: self.path,
+                st: &mut self.st,
+                taken: &mut self.taken,
+            };
+            let entry = c
+                .spend(1)
+                .and_then(|()| c.entry(item, What::Entry(device, index)));
+            let id = match entry.and_then(|e| {
+                let id = u32::try_from(self.taken.entries.len()).map_err(|_| Error::Malformed {
+                    path: self.path.to_owned(),
+                    message: "too many trace entries".into(),
+                })?;
+                self.taken.entries.push(e);
+                Ok(id)
+            }) {
+                Ok(id) => id,
+                Err(e) => {
+                    self.error = Some(e);
+                    return Err(pickle::Refused);
+                }
+            };
+            taken.push(id);
+            if let Some(l) = self.taken.lists.get_mut(&list) {
+                l.len += 1;
+                match l.runs.last_mut() {
+                    Some((first, count)) if *first + *count == id => *count += 1,
+                    _ => l.runs.push((id, 1)),
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 fn pickle_error(path: &Path, e: PickleError) -> Error {
@@ -96,41 +264,56 @@ fn field(what: What, key: Option<&str>) -> String {
 /// How errors name the requested size of a PyTorch 2.0 block.
 const HISTORY_REAL_SIZE: &str = "history[0].real_size";
 
-/// Marks an empty slot of the by-handle caches.
-const NONE: u32 = u32::MAX;
-
-struct Converter<'a> {
-    p: &'a Pickle,
-    path: &'a Path,
-    /// Container items still allowed to be visited.
-    budget: u64,
+/// What a read keeps between the values it converts: the frames and stacks met so far, each
+/// interned once, and the work still allowed.
+struct Interner {
+    /// Container items visited so far.
+    spent: u64,
+    /// Container items allowed: twice the bytes read, and a little.
+    allowed: u64,
     frames: Frames,
-    /// FrameId of each pickled frame dict, by arena handle ([`NONE`] until seen).
-    frame_by_value: Vec<u32>,
+    /// FrameId of each pickled frame dict, by [`Pickle::dict_key`].
+    frame_by_value: FastMap<u64, FrameId>,
     frame_by_content: HashMap<Frame, FrameId>,
     /// StackId of each pickled frame list, by arena handle.
-    stack_by_value: Vec<u32>,
+    stack_by_value: FastMap<u32, StackId>,
     stack_by_content: FastMap<Vec<FrameId>, StackId>,
     strings_seen: HashMap<u32, Option<String>>,
 }
 
-impl<'a> Converter<'a> {
-    fn new(p: &'a Pickle, path: &'a Path, budget: u64) -> Self {
+impl Interner {
+    fn new(allowed: u64) -> Self {
         let mut stack_by_content = FastMap::default();
         stack_by_content.insert(Vec::new(), StackId::EMPTY);
-        Converter {
-            p,
-            path,
-            budget,
+        Interner {
+            spent: 0,
+            allowed,
             frames: Frames::default(),
-            frame_by_value: vec![NONE; p.dict_count()],
+            frame_by_value: FastMap::default(),
             frame_by_content: HashMap::new(),
-            stack_by_value: vec![NONE; p.list_count()],
+            stack_by_value: FastMap::default(),
             stack_by_content,
             strings_seen: HashMap::new(),
         }
     }
 
+    /// Allow the work of `read` bytes of pickle: work is bounded by the input's size, so a
+    /// hostile pickle that references one huge list many times is refused, not walked for hours.
+    fn allow(&mut self, read: u64) {
+        self.allowed = read.saturating_mul(2).saturating_add(4096);
+    }
+}
+
+/// Converts pickled values into the model, along the snapshot's schema.
+struct Converter<'a> {
+    p: &'a Pickle,
+    path: &'a Path,
+    st: &'a mut Interner,
+    /// Trace entries the [`Streamer`] took over.
+    taken: &'a mut Taken,
+}
+
+impl<'a> Converter<'a> {
     fn err(&self, message: impl Into<String>) -> Error {
         Error::Malformed {
             path: self.path.to_owned(),
@@ -140,12 +323,12 @@ impl<'a> Converter<'a> {
 
     /// Charge `n` visited items against the budget.
     fn spend(&mut self, n: usize) -> Result<()> {
-        match self.budget.checked_sub(n as u64) {
-            Some(left) => {
-                self.budget = left;
+        match self.st.spent.checked_add(n as u64) {
+            Some(spent) if spent <= self.st.allowed => {
+                self.st.spent = spent;
                 Ok(())
             }
-            None => {
+            _ => {
                 Err(self
                     .err("snapshot refers to the same data too many times to be a real snapshot"))
             }
@@ -308,7 +491,7 @@ impl<'a> Converter<'a> {
         format.has_trace = snap.traces.iter().any(|t| !t.is_empty());
         format.has_time = snap.traces.iter().flatten().any(|e| e.time_us.is_some());
         snap.format = format;
-        snap.frames = self.frames;
+        snap.frames = std::mem::take(&mut self.st.frames);
         Ok(snap)
     }
 
@@ -414,6 +597,10 @@ impl<'a> Converter<'a> {
         let devices = self.seq(v, What::Traces, None)?;
         let mut out = Vec::with_capacity(devices.len());
         for (d, &t) in devices.iter().enumerate() {
+            if let Some(list) = self.taken_trace(t) {
+                out.push(list);
+                continue;
+            }
             let entries = self.seq(t, What::Trace(d), None)?;
             let mut trace = Vec::with_capacity(entries.len());
             for (i, &e) in entries.iter().enumerate() {
@@ -424,8 +611,38 @@ impl<'a> Converter<'a> {
         Ok(out)
     }
 
+    /// A device trace whose entries were converted as the pickle streamed (its list in the
+    /// pickle holds nothing): moved out whole when it holds every entry taken, as a snapshot of
+    /// one device does, copied otherwise.
+    fn taken_trace(&mut self, t: Value) -> Option<Vec<TraceEntry>> {
+        let Value::List(id) = t else { return None };
+        let list = self.taken.lists.remove(&id)?;
+        let all = &mut self.taken.entries;
+        if list.runs.len() == 1 && list.runs[0] == (0, all.len() as u32) {
+            return Some(std::mem::take(all));
+        }
+        let mut trace = Vec::with_capacity(list.len);
+        for &(first, count) in &list.runs {
+            let (first, count) = (first as usize, count as usize);
+            trace.extend(
+                all.get(first..first + count)
+                    .unwrap_or_default()
+                    .iter()
+                    .cloned(),
+            );
+        }
+        Some(trace)
+    }
+
     fn entry(&mut self, e: Value, what: What) -> Result<TraceEntry> {
         let p = self.p;
+        // The same entry dict fetched again from the memo after it was taken over.
+        if let Value::Taken(id) = e {
+            return match self.taken.entries.get(id as usize) {
+                Some(entry) => Ok(entry.clone()),
+                None => Err(self.err(format!("{what} is an entry read before"))),
+            };
+        }
         self.dict(e, what)?;
         let Some(action_v) = p.get(e, key::ACTION) else {
             return Err(self.err(format!("{what} has no `action`")));
@@ -477,19 +694,19 @@ impl<'a> Converter<'a> {
     fn label(&mut self, dict: Value, key: &str) -> Option<String> {
         let v = self.p.get(dict, key)?;
         let Value::Str(id) = v else { return None };
-        if let Some(cached) = self.strings_seen.get(&id) {
+        if let Some(cached) = self.st.strings_seen.get(&id) {
             return cached.clone();
         }
         let s = self.p.str(v).unwrap_or_default();
         let out = (!s.is_empty() && s != "N/A").then(|| s.to_owned());
-        self.strings_seen.insert(id, out.clone());
+        self.st.strings_seen.insert(id, out.clone());
         out
     }
 
     fn stack(&mut self, v: Value, what: What) -> Result<StackId> {
         let p = self.p;
         let list_id = match v {
-            Value::List(i) | Value::Tuple(i) => i as usize,
+            Value::List(i) | Value::Tuple(i) => i,
             Value::None => return Ok(StackId::EMPTY),
             other => {
                 return Err(self.err(format!(
@@ -498,26 +715,24 @@ impl<'a> Converter<'a> {
                 )))
             }
         };
-        if let Some(&s) = self.stack_by_value.get(list_id).filter(|&&s| s != NONE) {
-            return Ok(StackId(s));
+        if let Some(&s) = self.st.stack_by_value.get(&list_id) {
+            return Ok(s);
         }
         let items = self.seq(v, what, Some(key::FRAMES))?;
         let mut ids = Vec::with_capacity(items.len());
         for &f in items {
             ids.push(self.frame(f, what)?);
         }
-        let next = StackId(self.frames.stacks.len() as u32);
-        let id = match self.stack_by_content.get(&ids) {
+        let next = StackId(self.st.frames.stacks.len() as u32);
+        let id = match self.st.stack_by_content.get(&ids) {
             Some(&id) => id,
             None => {
-                self.stack_by_content.insert(ids.clone(), next);
-                self.frames.stacks.push(ids);
+                self.st.stack_by_content.insert(ids.clone(), next);
+                self.st.frames.stacks.push(ids);
                 next
             }
         };
-        if let Some(slot) = self.stack_by_value.get_mut(list_id) {
-            *slot = id.0;
-        }
+        self.st.stack_by_value.insert(list_id, id);
         Ok(id)
     }
 
@@ -529,11 +744,8 @@ impl<'a> Converter<'a> {
                 p.describe(v)
             )));
         };
-        if let Some(&f) = self
-            .frame_by_value
-            .get(dict_id as usize)
-            .filter(|&&f| f != NONE)
-        {
+        let dict_key = Pickle::dict_key(dict_id);
+        if let Some(&f) = self.st.frame_by_value.get(&dict_key) {
             return Ok(f);
         }
         self.spend(p.dict(v).map_or(0, <[_]>::len))?;
@@ -549,14 +761,16 @@ impl<'a> Converter<'a> {
             filename,
             line,
         };
-        let next = self.frames.frames.len() as FrameId;
-        let id = *self.frame_by_content.entry(frame.clone()).or_insert(next);
+        let next = self.st.frames.frames.len() as FrameId;
+        let id = *self
+            .st
+            .frame_by_content
+            .entry(frame.clone())
+            .or_insert(next);
         if id == next {
-            self.frames.frames.push(frame);
+            self.st.frames.frames.push(frame);
         }
-        if let Some(slot) = self.frame_by_value.get_mut(dict_id as usize) {
-            *slot = id;
-        }
+        self.st.frame_by_value.insert(dict_key, id);
         Ok(id)
     }
 
@@ -690,10 +904,10 @@ mod tests {
         assert!(e.contains("holds an int"), "{e}");
     }
 
-    #[test]
-    fn one_huge_dict_shared_by_many_entries_exhausts_the_budget() {
-        // {'segments': [], 'device_traces': [[D, D, ...]]} with D a 5,000-key dict referenced
-        // 20,000 times through the memo: 85 kB of pickle, 10^8 key comparisons if walked.
+    /// `{'segments': [], 'device_traces': [[D, D, ...]]}` with D a 5,000-key dict referenced
+    /// 20,000 times through the memo: 85 kB of pickle, 10^8 key comparisons if each reference
+    /// were walked.
+    fn one_huge_dict_shared_by_many_entries(tail: &[u8]) -> Vec<u8> {
         let mut d = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces](](".to_vec();
         d.extend_from_slice(b"}\x94(\x8c\x06action\x8c\x05alloc\x8c\x04sizeK\x01");
         for i in 0..5000 {
@@ -705,11 +919,22 @@ mod tests {
         }
         d.push(b'u');
         for _ in 0..20_000 {
-            d.extend_from_slice(b"h\x00");
+            d.extend_from_slice(tail);
         }
         d.extend_from_slice(b"eeu.");
-        let e = load_bytes(&d).unwrap_err().to_string();
-        assert!(e.contains("too many times"), "{e}");
+        d
+    }
+
+    #[test]
+    fn one_huge_dict_shared_by_many_entries_exhausts_the_budget() {
+        // Through the memo (BINGET) or duplicated on the stack (DUP): the work is bounded by the
+        // input's size either way, and the file refused.
+        for tail in [&b"h\x00"[..], b"2"] {
+            let e = load_bytes(&one_huge_dict_shared_by_many_entries(tail))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("too many times"), "{e}");
+        }
     }
 
     /// A snapshot of one trace entry whose frame line, stream and time are written by `value`.
