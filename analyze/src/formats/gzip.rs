@@ -1,5 +1,6 @@
-//! Gzip-compressed inputs, inflated within [`Limits`]: into memory for JSON traces and pickles,
-//! into a temporary file for SQLite exports (SQLite reads files, not streams).
+//! Gzip-compressed inputs, inflated within [`Limits`]: as a stream for Kineto traces
+//! ([`Inflating`]), into memory for pickles, into a temporary file for SQLite exports (SQLite
+//! reads files, not streams).
 //!
 //! Concatenated members are read as one stream, as `gzip -d` does. The inflated size is counted
 //! as it comes and the read stops at the limit (a gzip bomb is refused after reading no more
@@ -225,6 +226,62 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
     let mut out = Vec::with_capacity(capacity.min(1 << 32) as usize);
     inflate(path, file, &stop, &mut out, None)?;
     Ok(out)
+}
+
+/// A gzip file inflated as it is read, within the gzip limit: what a reader that holds only a
+/// window of its input reads from.
+pub struct Inflating {
+    path: std::path::PathBuf,
+    gz: MultiGzDecoder<Counted<BufReader<File>>>,
+    stop: Stop,
+    total: u64,
+    _task: progress::Task,
+}
+
+impl Inflating {
+    pub fn open(path: &Path, limits: &Limits) -> Result<Inflating> {
+        let mut file = File::open(path).map_err(Error::io(path))?;
+        let (stop, _) = plan(path, &mut file, limits, Vec::new())?;
+        let compressed = file.metadata().map(|m| m.len()).ok();
+        let task = progress::begin(
+            || format!("reading {}", path.display()),
+            compressed,
+            progress::Unit::Bytes,
+        );
+        let counted = Counted {
+            inner: BufReader::with_capacity(1 << 16, file),
+            task: progress::Counter::new(),
+        };
+        Ok(Inflating {
+            path: path.to_owned(),
+            gz: MultiGzDecoder::new(counted),
+            stop,
+            total: 0,
+            _task: task,
+        })
+    }
+
+    /// Inflate into `buf`: the count, 0 at the end of the data.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        loop {
+            match self.gz.read(buf) {
+                Ok(n) => {
+                    self.total += n as u64;
+                    if self.total > self.stop.bound() {
+                        return Err(self.stop.error(&self.path, None));
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Error::Malformed {
+                        path: self.path.clone(),
+                        message: format!("gzip data could not be decompressed: {e}"),
+                    })
+                }
+            }
+        }
+    }
 }
 
 /// Inflate a gzip file into a new temporary file in [`Limits::temp_dir`], named `*.ext`.
