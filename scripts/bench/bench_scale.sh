@@ -8,7 +8,7 @@
 #
 # WORK_DIR (default /tmp/analyze-scale) receives the large inputs, made once with make_large.py
 # (they take minutes and about 11 GB of disk): the shared 60-step export ×50 (1.09 GB) and ×200
-# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES), and a
+# (about 4.4 GB), the shared Kineto trace ×150 (about 1 GB; and its gzip), a memory snapshot ×1100 (about 1 GB; MEMSNAP_COPIES), and a
 # folder of 20 copies of the 60-step export (`report` over it against `profile` of each file, the
 # `profile_each` row, one after the other in one timed shell; its peak is the largest), and the
 # 60-step export as the 64 per-rank files of one run (`ranks64`, each with its own process ids and
@@ -48,6 +48,11 @@ make_input() { # kind input output copies
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x50.sqlite" 50
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x200.sqlite" 200
 make_input kineto "$SHARED/kineto/kineto_small_ctx128_train_fp32.pt.trace.json.gz" "$WORK/kineto_x150.json" 150
+if [[ -f $WORK/kineto_x150.json && ! -f $WORK/kineto_x150.json.gz ]]; then
+    echo "making $WORK/kineto_x150.json.gz ..." >&2
+    gzip -c "$WORK/kineto_x150.json" >"$WORK/kineto_x150.json.gz.part"
+    mv "$WORK/kineto_x150.json.gz.part" "$WORK/kineto_x150.json.gz"
+fi
 make_input memsnap "$MEMSNAP_BASE" "$WORK/memsnap_x$MEMSNAP_COPIES.pickle" "$MEMSNAP_COPIES"
 make_input nsys "$SHARED/large/torch_small_ctx128_train_fp32_60steps.sqlite.gz" "$WORK/x64.sqlite" 64
 if [[ -z $ONLY || ranks64 =~ $ONLY ]]; then
@@ -84,6 +89,8 @@ RUNS=(
     "stats_kern_sum|x200.sqlite|stats --report cuda_gpu_kern_sum"
     "profile|x200.sqlite|profile"
     "profile|kineto_x150.json|profile"
+    "profile_gz|kineto_x150.json.gz|profile"
+    "profile_by_op|kineto_x150.json|profile --by op"
     "stats_all|kineto_x150.json|stats --report all"
     "memory|memsnap_x$MEMSNAP_COPIES.pickle|memory"
 )

@@ -155,7 +155,7 @@ fn a_json_trace_too_large_for_the_memory_allowed_is_refused() {
         .arg(&trace)
         .output()
         .unwrap();
-    one_error_line(&out, "times that once read");
+    one_error_line(&out, "that ANALYZE_MEMORY_LIMIT allows");
     let gz = dir.path().join("big.json.gz");
     gzip(&gz, &[std::fs::read(&trace).unwrap().as_slice()], 0);
     let out = analyze(dir.path())

@@ -325,7 +325,8 @@ fn damage(rng: &mut Rng, text: &mut Vec<u8>) {
     }
 }
 
-fn case(rng: &mut Rng, scratch: &Path, classifier: &Classifier) -> Outcome {
+/// The text of one case: a base trace changed at the JSON level, and sometimes damaged.
+pub fn mutated_text(rng: &mut Rng) -> Vec<u8> {
     let mut doc = rng.pick(bases()).clone();
     let mut raws = Vec::new();
     for _ in 0..1 + rng.below(4) {
@@ -339,6 +340,11 @@ fn case(rng: &mut Rng, scratch: &Path, classifier: &Classifier) -> Outcome {
     if rng.one_in(3) {
         damage(rng, &mut bytes);
     }
+    bytes
+}
+
+fn case(rng: &mut Rng, scratch: &Path, classifier: &Classifier) -> Outcome {
+    let bytes = mutated_text(rng);
     let path = scratch.join("fuzz.json");
     std::fs::write(&path, &bytes).unwrap();
     let result = kineto::parse(&path, &bytes).map(|trace| analyse(&trace, classifier));
@@ -353,8 +359,8 @@ fn mutated_kineto_traces_load_or_are_refused_in_one_line() {
     Campaign::from_env("kineto", 300).run(|rng, scratch| case(rng, scratch, &classifier));
 }
 
-/// Nesting far deeper than any stack: serde_json's recursion limit refuses it (or the reader
-/// skips it as raw text) wherever it sits.
+/// Nesting far deeper than any stack: the reader walks it without recursion where it skips a
+/// value, and serde_json's recursion limit refuses it where a value is read.
 #[test]
 fn deep_nesting_is_refused_or_skipped_not_a_stack_overflow() {
     let deep = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));

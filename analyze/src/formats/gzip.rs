@@ -1,5 +1,6 @@
-//! Gzip-compressed inputs, inflated within [`Limits`]: into memory for JSON traces and pickles,
-//! into a temporary file for SQLite exports (SQLite reads files, not streams).
+//! Gzip-compressed inputs, inflated within [`Limits`]: as a stream for Kineto traces and memory
+//! snapshots ([`InflatedStream`]), into memory for the rest, into a temporary file for SQLite
+//! exports (SQLite reads files, not streams).
 //!
 //! Concatenated members are read as one stream, as `gzip -d` does. The inflated size is counted
 //! as it comes and the read stops at the limit (a gzip bomb is refused after reading no more
@@ -275,6 +276,23 @@ impl InflatedStream {
             let _ = std::io::copy(self, &mut std::io::sink());
         }
         self.error.take().unwrap_or(e)
+    }
+
+    /// Inflate into `buf`: the count, 0 at the end of the data; past the limit or on damaged
+    /// data, the error to show.
+    pub fn read_checked(&mut self, buf: &mut [u8]) -> Result<usize> {
+        loop {
+            match Read::read(self, buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(self.error.take().unwrap_or_else(|| Error::Malformed {
+                        path: self.path.clone(),
+                        message: format!("gzip data could not be decompressed: {e}"),
+                    }))
+                }
+            }
+        }
     }
 }
 

@@ -212,27 +212,32 @@ fn load_one(path: &Path, opts: &LoadOptions<'_>) -> Result<Loaded> {
             let run = trace_run(&mut export, trace, labelled, opts)?;
             return Ok(Loaded::Trace(Box::new(run)));
         }
-        Kind::Kineto => {
-            let bytes = formats::read_maybe_gzip_with(path, &limits)?;
-            if looks_like_bench(&bytes) {
-                let results = parse_bench(path, &bytes)?;
-                let labelled = label_run(&name, None, label);
-                return Ok(Loaded::Bench(BenchRun {
-                    label: labelled.label,
-                    file: name,
-                    results,
-                }));
-            }
-            match kineto::parse(path, &bytes) {
-                Ok(trace) => trace,
-                Err(_) if is_json_lines(&bytes) => {
+        Kind::Kineto => match kineto::load_with(path, &limits) {
+            Ok(trace) => trace,
+            // JSON that is not a trace may be a bench results file, or JSON Lines: both are
+            // small, and only now read whole to tell which.
+            Err(e @ Error::Malformed { .. }) => {
+                let Ok(bytes) = formats::read_maybe_gzip_with(path, &limits) else {
+                    return Err(e);
+                };
+                if looks_like_bench(&bytes) {
+                    let results = parse_bench(path, &bytes)?;
+                    let labelled = label_run(&name, None, label);
+                    return Ok(Loaded::Bench(BenchRun {
+                        label: labelled.label,
+                        file: name,
+                        results,
+                    }));
+                }
+                if is_json_lines(&bytes) {
                     return Err(Error::UnknownFormat {
                         path: path.to_owned(),
-                    })
+                    });
                 }
-                Err(e) => return Err(e),
+                return Err(e);
             }
-        }
+            Err(e) => return Err(e),
+        },
         Kind::TorchSnapshot => {
             let snap = torch_snapshot::read::load_with(path, &limits)?;
             let labelled = label_run(&name, None, label);
