@@ -422,6 +422,10 @@ pub(super) fn plain_micros(text: &[u8]) -> Option<i64> {
             }
             _ => return None,
         }
+        // At most 15 + 3 digits are taken, so the sum below stays under 10^18.
+        if int_digits > 15 || decimals.is_some_and(|n| n > 3) {
+            return None;
+        }
         nanos = nanos * 10 + i64::from(b - b'0');
     }
     let decimals = decimals.unwrap_or(0);

@@ -158,7 +158,7 @@ impl pickle::Appender for Streamer<'_> {
         taken: &mut Vec<u32>,
         at: u64,
     ) -> std::result::Result<bool, pickle::Refused> {
-        if !self.taken.lists.contains_key(&list) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.taken.lists.entry(list) {
             let fresh = p.seq(Value::List(list)).is_some_and(<[Value]>::is_empty);
             let Some(device) = fresh.then(|| Self::device_of(p, stack)).flatten() else {
                 return Ok(false);
@@ -168,7 +168,7 @@ impl pickle::Appender for Streamer<'_> {
                 runs: Vec::new(),
                 len: 0,
             };
-            self.taken.lists.insert(list, new);
+            slot.insert(new);
         }
         self.st.allow(at);
         for &item in items {
