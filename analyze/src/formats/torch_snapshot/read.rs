@@ -4,7 +4,7 @@
 //!
 //! The file streams through the pickle reader and is never held whole. Trace entries, nearly all
 //! of a large snapshot, are converted as they are appended to their device's trace (a
-//! [`Streamer`]), so the pickle's dict of each is freed at once; the rest (segments, settings,
+//! `Streamer`), so the pickle's dict of each is freed at once; the rest (segments, settings,
 //! annotations) is converted from the pickle's values once it is read, by the same rules.
 //!
 //! Layouts met so far:
@@ -72,7 +72,7 @@ pub fn from_bytes(path: &Path, data: &[u8]) -> Result<Snapshot> {
 }
 
 /// Read a snapshot as its pickle's bytes come from `input`: the trace entries are converted as
-/// they are appended to their device's trace ([`Streamer`]), everything else once the pickle
+/// they are appended to their device's trace (`Streamer`), everything else once the pickle
 /// is read. `path` only names the input in errors.
 pub fn from_reader(path: &Path, input: impl Read) -> Result<Snapshot> {
     let mut streamer = Streamer {
