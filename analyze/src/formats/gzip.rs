@@ -153,45 +153,31 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Inflate `file` into `out`, stopping at the bound. Returns the inflated size.
+/// Inflate `file` into `out`, stopping at `stop`. Returns the inflated size.
 fn inflate(
     path: &Path,
     file: File,
-    stop: &Stop,
+    stop: Stop,
     out: &mut dyn Write,
     out_dir: Option<&Path>,
 ) -> Result<u64> {
-    let compressed = file.metadata().map(|m| m.len()).ok();
-    let _task = progress::begin(
-        || format!("inflating {}", path.display()),
-        compressed,
-        progress::Unit::Bytes,
-    );
-    let counted = Counted {
-        inner: BufReader::with_capacity(1 << 16, file),
-        task: progress::Counter::new(),
-    };
-    let mut gz = MultiGzDecoder::new(counted);
+    let mut gz = InflatedStream::new(path, file, stop, "inflating");
     let mut buf = vec![0u8; 1 << 16];
-    let mut total: u64 = 0;
     loop {
-        let n = match gz.read(&mut buf) {
-            Ok(0) => return Ok(total),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(Error::Malformed {
-                    path: path.to_owned(),
-                    message: format!("gzip data could not be decompressed: {e}"),
-                })
-            }
-        };
-        total += n as u64;
-        if total > stop.bound() {
-            return Err(stop.error(path, None));
+        let n = gz.read_checked(&mut buf)?;
+        if n == 0 {
+            return Ok(gz.total);
         }
         out.write_all(&buf[..n])
-            .map_err(|e| write_error(path, out_dir, total, e))?;
+            .map_err(|e| write_error(path, out_dir, gz.total, e))?;
+    }
+}
+
+/// Damaged gzip data, as the error to show.
+fn damaged(path: &Path, e: &std::io::Error) -> Error {
+    Error::Malformed {
+        path: path.to_owned(),
+        message: format!("gzip data could not be decompressed: {e}"),
     }
 }
 
@@ -224,7 +210,7 @@ pub fn inflate_to_vec(path: &Path, limits: &Limits, factor: u64) -> Result<Vec<u
     // The trailer's size, when it is within the limit, spares the copies of a growing buffer.
     let capacity = expected.filter(|&n| n <= stop.bound()).unwrap_or(0);
     let mut out = Vec::with_capacity(capacity.min(1 << 32) as usize);
-    inflate(path, file, &stop, &mut out, None)?;
+    inflate(path, file, stop, &mut out, None)?;
     Ok(out)
 }
 
@@ -247,27 +233,33 @@ pub struct InflatedStream {
 pub fn inflate_stream(path: &Path, limits: &Limits) -> Result<InflatedStream> {
     let mut file = File::open(path).map_err(Error::io(path))?;
     let (stop, _) = plan(path, &mut file, limits, Vec::new())?;
-    let compressed = file.metadata().map(|m| m.len()).ok();
-    let task = progress::begin(
-        || format!("reading {}", path.display()),
-        compressed,
-        progress::Unit::Bytes,
-    );
-    let counted = Counted {
-        inner: BufReader::with_capacity(1 << 16, file),
-        task: progress::Counter::new(),
-    };
-    Ok(InflatedStream {
-        gz: MultiGzDecoder::new(counted),
-        stop,
-        total: 0,
-        path: path.to_owned(),
-        error: None,
-        _task: task,
-    })
+    Ok(InflatedStream::new(path, file, stop, "reading"))
 }
 
 impl InflatedStream {
+    /// `file`'s inflated bytes up to `stop`, with a progress bar of the compressed bytes read
+    /// ("`verb` PATH").
+    fn new(path: &Path, file: File, stop: Stop, verb: &'static str) -> InflatedStream {
+        let compressed = file.metadata().map(|m| m.len()).ok();
+        let task = progress::begin(
+            || format!("{verb} {}", path.display()),
+            compressed,
+            progress::Unit::Bytes,
+        );
+        let counted = Counted {
+            inner: BufReader::with_capacity(1 << 16, file),
+            task: progress::Counter::new(),
+        };
+        InflatedStream {
+            gz: MultiGzDecoder::new(counted),
+            stop,
+            total: 0,
+            path: path.to_owned(),
+            error: None,
+            _task: task,
+        }
+    }
+
     /// The error to show for a read that failed with `e`: the stream's own (the limit, or
     /// damaged gzip data) where it failed, or fails when the rest is read and thrown away, as a
     /// file inflated whole before it is read would have failed; else `e`.
@@ -285,12 +277,7 @@ impl InflatedStream {
             match Read::read(self, buf) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(self.error.take().unwrap_or_else(|| Error::Malformed {
-                        path: self.path.clone(),
-                        message: format!("gzip data could not be decompressed: {e}"),
-                    }))
-                }
+                Err(e) => return Err(self.error.take().unwrap_or_else(|| damaged(&self.path, &e))),
             }
         }
     }
@@ -302,10 +289,7 @@ impl Read for InflatedStream {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(e),
             Err(e) => {
-                self.error = Some(Error::Malformed {
-                    path: self.path.clone(),
-                    message: format!("gzip data could not be decompressed: {e}"),
-                });
+                self.error = Some(damaged(&self.path, &e));
                 return Err(e);
             }
         };
@@ -332,7 +316,7 @@ pub fn inflate_to_temp(path: &Path, limits: &Limits, ext: &str) -> Result<TempFi
     let (stop, _) = plan(path, &mut file, limits, stops)?;
     let (temp, out) = TempFile::create(dir, ext)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
-    let written = inflate(path, file, &stop, &mut out, Some(dir))?;
+    let written = inflate(path, file, stop, &mut out, Some(dir))?;
     out.flush()
         .map_err(|e| write_error(path, Some(dir), written, e))?;
     Ok(temp)

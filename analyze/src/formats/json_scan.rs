@@ -256,6 +256,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Whether another member or element follows, inside an object or array that `close` ends:
+    /// the first unless `close` comes at once, a later one as [`Cursor::next_or_close`] says.
+    #[inline]
+    pub fn more(&mut self, first: bool, close: u8) -> Scan<bool> {
+        if first {
+            self.ws();
+            Ok(!self.eat(close)?)
+        } else {
+            self.next_or_close(close)
+        }
+    }
+
     /// A key and its colon, with the whitespace after it.
     #[inline]
     pub fn key(&mut self) -> Scan<Str<'a>> {

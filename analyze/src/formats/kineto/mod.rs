@@ -271,12 +271,7 @@ impl Document {
                     self.has_events = matches!(part, Part::Events { .. });
                 }
                 Part::Members { first } => {
-                    let more = if first {
-                        c.ws();
-                        !c.eat(b'}')?
-                    } else {
-                        c.next_or_close(b'}')?
-                    };
+                    let more = c.more(first, b'}')?;
                     if !more {
                         self.part = Part::End;
                     } else {
@@ -311,12 +306,7 @@ impl Document {
                 Part::Events { first, in_object } => {
                     let mut first = first;
                     loop {
-                        let more = if first {
-                            c.ws();
-                            !c.eat(b']')?
-                        } else {
-                            c.next_or_close(b']')?
-                        };
+                        let more = c.more(first, b']')?;
                         if !more {
                             self.part = if in_object {
                                 Part::Members { first: false }
