@@ -15,8 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use rayon::prelude::*;
-
 use crate::error::{Error, Result};
 use crate::formats::run_metadata;
 use crate::kernels::class::Classifier;
@@ -289,8 +287,7 @@ impl Plan {
             mut selections,
             whole,
             pairs,
-            mut ops,
-            mut rest,
+            timelines,
             any_linked,
             by_time,
             operators,
@@ -352,14 +349,8 @@ impl Plan {
             }
             inst_windows.push(per);
         }
-        // Kernels come sorted by start from an export as nsys writes it, and the files of a
-        // run merged by start (`Merged::new`).
-        if !ops.windows(2).all(|w| w[0].start <= w[1].start) {
-            ops.par_sort_unstable_by_key(|o| o.start);
-        }
-        rest.sort_unstable_by_key(|o| o.start);
         let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
-        for o in ops.iter().chain(&rest) {
+        for o in timelines.all() {
             let e = spans.entry(o.device).or_insert((o.start, o.end()));
             e.0 = e.0.min(o.start);
             e.1 = e.1.max(o.end());
@@ -404,7 +395,7 @@ impl Plan {
         } else {
             step_windows.iter().map(|w| w.1).collect()
         };
-        let swept = sweep([&ops, &rest], &windows, &gap_windows, opts.top);
+        let swept = sweep(&timelines.groups(), &windows, &gap_windows, opts.top);
         let b = |w: usize| swept.breakdowns[w];
 
         let ranged = |s: usize| -> Ranged {
@@ -533,7 +524,7 @@ impl Plan {
             ));
         }
         // The waits at collectives: each rank's communication kernels, in the measured steps.
-        let waits = straggler::waits(&arrivals(&ops, &step_breakdown));
+        let waits = straggler::waits(&arrivals(timelines.kernels(), &step_breakdown));
         let steps_run = super::ranges::steps_per_process(trace, &self.steps);
         let step_ns = (!step_breakdown.is_empty()).then(|| {
             let spans: i64 = step_breakdown.iter().map(|s| s.breakdown.span_ns).sum();
@@ -592,9 +583,17 @@ impl Plan {
         let found: Vec<(i64, i64, usize, Option<u32>)> = swept
             .gaps
             .iter()
-            .map(|&(s, e, g)| (s, e, g, next_process([&ops, &rest], gap_list[g].device, e)))
+            .map(|&(s, e, g)| {
+                let device = gap_list[g].device;
+                (
+                    s,
+                    e,
+                    g,
+                    next_process(timelines.of_device(device), device, e),
+                )
+            })
             .collect();
-        drop(ops);
+        drop(timelines);
         let queries: Vec<(u32, i64)> = found.iter().filter_map(|f| Some((f.3?, f.0))).collect();
         let calls = source.calls_at(&queries)?;
         let idle_gaps = found
@@ -672,8 +671,11 @@ impl Plan {
 }
 
 /// Each rank's arrivals at collectives: the starts of its communication kernels (`ops` sorted by
-/// start), inside its measured steps when there are any.
-fn arrivals(ops: &[Op], steps: &[StepBreakdown]) -> BTreeMap<(u32, u32), Vec<i64>> {
+/// start on each device), inside its measured steps when there are any.
+fn arrivals<'a>(
+    ops: impl Iterator<Item = &'a Op>,
+    steps: &[StepBreakdown],
+) -> BTreeMap<(u32, u32), Vec<i64>> {
     let communication = KINDS.iter().position(|&k| k == COMMUNICATION);
     let mut windows: HashMap<(u32, u32), Vec<(i64, i64)>> = HashMap::new();
     for s in steps {
@@ -684,10 +686,7 @@ fn arrivals(ops: &[Op], steps: &[StepBreakdown]) -> BTreeMap<(u32, u32), Vec<i64
             .push((s.start_ns, end));
     }
     let mut out: BTreeMap<(u32, u32), Vec<i64>> = BTreeMap::new();
-    for o in ops
-        .iter()
-        .filter(|o| o.starts() && Some(o.kind()) == communication)
-    {
+    for o in ops.filter(|o| o.starts() && Some(o.kind()) == communication) {
         let rank = (o.device, o.pid());
         let inside = steps.is_empty()
             || windows

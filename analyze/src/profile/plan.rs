@@ -12,8 +12,7 @@
 //! With `--by op` a context also names the operator call its calls were made in, and each kernel
 //! of the measured steps is summed under that call's operator as well ([`super::operators`]).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use crate::attribution::launches::{Cursor, LaunchIndex};
 use crate::attribution::operators::Operators;
@@ -28,7 +27,7 @@ use super::devices::Pair;
 use super::operators::{OpChunk, OpPlan, OpTotals};
 use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
 use super::summary::{Item, Totals};
-use super::sweep::{Op, NO_STEP};
+use super::sweep::{Op, Timelines, NO_STEP};
 use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER_STEPS};
 
 /// No instance.
@@ -558,9 +557,8 @@ pub(super) struct Merged {
     pub(super) selections: Vec<Totals>,
     pub(super) whole: Totals,
     pub(super) pairs: BTreeMap<(u32, u32), Pair>,
-    /// The kernels' ops in table order (the files of a run merged by start), and the others'.
-    pub(super) ops: Vec<Op>,
-    pub(super) rest: Vec<Op>,
+    /// Every op, kernels and the others, on timelines that no two files share.
+    pub(super) timelines: Timelines,
     pub(super) any_linked: bool,
     /// Kernels and graphs counted in a step by time, not by a launch call: count, time.
     pub(super) by_time: (usize, i64),
@@ -608,8 +606,7 @@ impl Merged {
             selections: (0..n).map(|_| Totals::default()).collect(),
             whole: Totals::default(),
             pairs: BTreeMap::new(),
-            ops: Vec::new(),
-            rest: Vec::new(),
+            timelines: Timelines::default(),
             any_linked: false,
             by_time: (0, 0),
             operators: None,
@@ -617,6 +614,7 @@ impl Merged {
         let text = |id: StrId| trace.name(id).to_owned();
         let last = chunks.len().saturating_sub(1);
         let mut runs = Vec::new();
+        let mut rest = Vec::new();
         let mut op_chunks = Vec::new();
         for (i, mut c) in chunks.into_iter().enumerate() {
             op_chunks.push(std::mem::take(&mut c.operators));
@@ -624,7 +622,7 @@ impl Merged {
             m.by_time.0 += c.by_time.0;
             m.by_time.1 = m.by_time.1.saturating_add(c.by_time.1);
             if i == last {
-                m.rest.append(&mut c.ops);
+                rest = std::mem::take(&mut c.ops);
             } else {
                 runs.push(std::mem::take(&mut c.ops));
             }
@@ -645,44 +643,9 @@ impl Merged {
             }
         }
         m.operators = (plan.operators.as_ref()).map(|p| OpTotals::new(p, op_chunks.into_iter()));
-        m.ops = by_start(runs);
+        m.timelines = Timelines::new(runs, rest);
         m
     }
-}
-
-/// The chunks' ops in one list: in the chunks' order, or, where each chunk's ops come by start
-/// but a chunk starts before the one before it ends (the files of a run, one after the other),
-/// merged by start, equal starts in the chunks' order: as a stable sort would leave them, without
-/// its buffer.
-fn by_start(runs: Vec<Vec<Op>>) -> Vec<Op> {
-    let sorted = |r: &[Op]| r.windows(2).all(|w| w[0].start <= w[1].start);
-    let in_time = runs.iter().all(|r| sorted(r));
-    // Chunks that follow each other in time make one run.
-    let mut merged: Vec<Vec<Op>> = Vec::new();
-    for mut r in runs.into_iter().filter(|r| !r.is_empty()) {
-        match merged.last_mut() {
-            Some(m) if !in_time || m.last().is_some_and(|l| l.start <= r[0].start) => {
-                m.append(&mut r)
-            }
-            _ => merged.push(r),
-        }
-    }
-    if merged.len() <= 1 {
-        return merged.pop().unwrap_or_default();
-    }
-    let mut out = Vec::with_capacity(merged.iter().map(Vec::len).sum());
-    let mut next = vec![0usize; merged.len()];
-    let mut heap: BinaryHeap<Reverse<(i64, usize)>> = (merged.iter().enumerate())
-        .map(|(i, r)| Reverse((r[0].start, i)))
-        .collect();
-    while let Some(Reverse((_, i))) = heap.pop() {
-        out.push(merged[i][next[i]]);
-        next[i] += 1;
-        if let Some(o) = merged[i].get(next[i]) {
-            heap.push(Reverse((o.start, i)));
-        }
-    }
-    out
 }
 
 pub(super) fn merge_pair(into: &mut Pair, p: &Pair) {

@@ -12,6 +12,7 @@
 //! A long trace is swept in time slabs side by side, each beginning with the ops still running
 //! at its start; the slabs' sums are those of one sweep ([`sweep`] says why).
 
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
@@ -377,32 +378,35 @@ fn sweep_slab<'a>(
 /// Ops a slab holds at least: fewer are swept in one piece.
 const SLAB_OPS: usize = 1 << 16;
 
-/// Sweep `ops` (both lists sorted by start) device by device, cutting each device's timeline
-/// into segments and adding each segment to the windows it overlaps.
+/// Sweep each group's ops (both lists sorted by start, the group holding every op of its
+/// devices) device by device, cutting each device's timeline into segments and adding each
+/// segment to the windows it overlaps.
 ///
 /// A long trace is cut in time into slabs swept side by side. A slab begins with the ops still
 /// running at its start, found among the ops that outlast the slabs before it; there a busy
 /// device's segment is split in two, which adds the same to every window, and an idle device is
 /// not cut at all. The slabs' parts of each window are added up and their idle stretches merged,
-/// so the result is the one sweep's.
+/// so the result is the one sweep's. Groups, whose devices differ, are swept side by side too.
 pub(super) fn sweep(
-    ops: [&[Op]; 2],
+    groups: &[[&[Op]; 2]],
     windows: &[Window],
     gap_windows: &[usize],
     top: usize,
 ) -> Sweep {
-    let slabs =
-        ((ops[0].len() + ops[1].len()) / SLAB_OPS).clamp(1, 4 * rayon::current_num_threads());
-    sweep_in(ops, windows, gap_windows, top, slabs)
+    let most = 4 * rayon::current_num_threads();
+    let counts: Vec<usize> = (groups.iter())
+        .map(|g| ((g[0].len() + g[1].len()) / SLAB_OPS).clamp(1, most))
+        .collect();
+    sweep_in(groups, windows, gap_windows, top, &counts)
 }
 
-/// [`sweep`] in at most `count` slabs.
+/// [`sweep`] with each group in at most its `counts` slabs.
 fn sweep_in(
-    ops: [&[Op]; 2],
+    groups: &[[&[Op]; 2]],
     windows: &[Window],
     gap_windows: &[usize],
     top: usize,
-    count: usize,
+    counts: &[usize],
 ) -> Sweep {
     let mut layout = Layout {
         windows,
@@ -419,7 +423,49 @@ fn sweep_in(
     for list in layout.by_device.values_mut() {
         list.sort_by_key(|&i| windows[i].start);
     }
+    let slabs: Vec<Slab> = (groups.par_iter().zip(counts))
+        .flat_map_iter(|(&ops, &count)| slabs(&layout, ops, count))
+        .collect();
 
+    let mut breakdowns: Vec<Breakdown> = windows
+        .iter()
+        .map(|w| Breakdown {
+            span_ns: w.end.saturating_sub(w.start),
+            ..Breakdown::default()
+        })
+        .collect();
+    let mut covered = vec![0i64; windows.len()];
+    let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
+    for slab in slabs {
+        for (w, part, c) in slab.parts {
+            breakdowns[w].add(&part);
+            covered[w] = covered[w].saturating_add(c);
+        }
+        for s in slab.heap {
+            heap.push(s);
+            if heap.len() > top {
+                heap.pop();
+            }
+        }
+    }
+    for (w, b) in breakdowns.iter_mut().enumerate() {
+        b.idle_ns = b
+            .idle_ns
+            .saturating_add(b.span_ns.saturating_sub(covered[w]));
+    }
+    let mut gaps: Vec<(i64, i64, usize)> = heap.into_iter().map(|s| (s.0, s.1, s.2)).collect();
+    let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
+    gaps.sort_unstable_by(|a, b| {
+        length(b)
+            .cmp(&length(a))
+            .then(a.0.cmp(&b.0))
+            .then(a.2.cmp(&b.2))
+    });
+    Sweep { breakdowns, gaps }
+}
+
+/// One group's ops (both lists sorted by start) swept in at most `count` slabs side by side.
+fn slabs<'a>(layout: &'a Layout<'a>, ops: [&[Op]; 2], count: usize) -> Vec<Slab<'a>> {
     // The slabs' starts: op starts, evenly spaced in the longer list, strictly increasing.
     let longer = if ops[0].len() >= ops[1].len() {
         ops[0]
@@ -478,51 +524,149 @@ fn sweep_in(
         }
     }
 
-    let slabs: Vec<Slab> = bounds
+    bounds
         .into_par_iter()
         .zip(entries)
         .enumerate()
         .map(|(k, (slab, entry))| {
             let from = k.checked_sub(1).map(|k| cuts[k]);
-            sweep_slab(&layout, slab, entry, from, cuts.get(k).copied())
+            sweep_slab(layout, slab, entry, from, cuts.get(k).copied())
         })
-        .collect();
+        .collect()
+}
 
-    let mut breakdowns: Vec<Breakdown> = windows
-        .iter()
-        .map(|w| Breakdown {
-            span_ns: w.end.saturating_sub(w.start),
-            ..Breakdown::default()
-        })
-        .collect();
-    let mut covered = vec![0i64; windows.len()];
-    let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
-    for slab in slabs {
-        for (w, part, c) in slab.parts {
-            breakdowns[w].add(&part);
-            covered[w] = covered[w].saturating_add(c);
-        }
-        for s in slab.heap {
-            heap.push(s);
-            if heap.len() > top {
-                heap.pop();
+/// A profile's ops on timelines no two groups share: each group holds every op of its devices,
+/// the kernels' and the others' (memory operations, graphs) apart, each list sorted by start. One
+/// export's kernels make one group; the files of a run, whose devices differ, one group each,
+/// swept side by side without first being merged into one list.
+#[derive(Default)]
+pub(super) struct Timelines {
+    groups: Vec<[Vec<Op>; 2]>,
+    of_device: FastMap<u32, usize>,
+}
+
+impl Timelines {
+    /// The timelines of `runs`, the kernel chunks' ops in the chunks' order (each chunk's by start
+    /// where its source gives them so), and of `rest`, the other ops.
+    pub(super) fn new(runs: Vec<Vec<Op>>, rest: Vec<Op>) -> Timelines {
+        let sorted = |r: &[Op]| r.windows(2).all(|w| w[0].start <= w[1].start);
+        let in_time = runs.iter().all(|r| sorted(r));
+        // Chunks that follow each other in time make one run.
+        let mut joined: Vec<Vec<Op>> = Vec::new();
+        for mut r in runs.into_iter().filter(|r| !r.is_empty()) {
+            match joined.last_mut() {
+                Some(m) if !in_time || m.last().is_some_and(|l| l.start <= r[0].start) => {
+                    m.append(&mut r)
+                }
+                _ => joined.push(r),
             }
         }
+        // Runs that share a device make one group (union-find over the runs).
+        let mut parent: Vec<usize> = (0..joined.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let mut first_run: FastMap<u32, usize> = FastMap::default();
+        for (i, r) in joined.iter().enumerate() {
+            let mut last = None;
+            for o in r {
+                if last == Some(o.device) {
+                    continue;
+                }
+                last = Some(o.device);
+                let j = *first_run.entry(o.device).or_insert(i);
+                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+        let mut slot_of_root: FastMap<usize, usize> = FastMap::default();
+        let mut members: Vec<Vec<Vec<Op>>> = Vec::new();
+        for (i, r) in joined.into_iter().enumerate() {
+            let next = members.len();
+            let slot = *slot_of_root.entry(root(&mut parent, i)).or_insert(next);
+            if slot == next {
+                members.push(Vec::new());
+            }
+            members[slot].push(r);
+        }
+        let mut groups: Vec<[Vec<Op>; 2]> = members
+            .into_iter()
+            .map(|runs| {
+                let mut ops = by_start(runs);
+                if !sorted(&ops) {
+                    ops.par_sort_unstable_by_key(|o| o.start);
+                }
+                [ops, Vec::new()]
+            })
+            .collect();
+        let mut of_device: FastMap<u32, usize> = FastMap::default();
+        for (d, i) in first_run {
+            of_device.insert(d, slot_of_root[&root(&mut parent, i)]);
+        }
+        // The other ops join their device's group; a device with none of the kernels makes a
+        // group of its own.
+        for o in rest {
+            let g = *of_device.entry(o.device).or_insert_with(|| {
+                groups.push([Vec::new(), Vec::new()]);
+                groups.len() - 1
+            });
+            groups[g][1].push(o);
+        }
+        for g in &mut groups {
+            g[1].sort_unstable_by_key(|o| o.start);
+        }
+        Timelines { groups, of_device }
     }
-    for (w, b) in breakdowns.iter_mut().enumerate() {
-        b.idle_ns = b
-            .idle_ns
-            .saturating_add(b.span_ns.saturating_sub(covered[w]));
+
+    /// Each group's kernel ops and other ops.
+    pub(super) fn groups(&self) -> Vec<[&[Op]; 2]> {
+        (self.groups.iter())
+            .map(|g| [&g[0][..], &g[1][..]])
+            .collect()
     }
-    let mut gaps: Vec<(i64, i64, usize)> = heap.into_iter().map(|s| (s.0, s.1, s.2)).collect();
-    let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
-    gaps.sort_unstable_by(|a, b| {
-        length(b)
-            .cmp(&length(a))
-            .then(a.0.cmp(&b.0))
-            .then(a.2.cmp(&b.2))
-    });
-    Sweep { breakdowns, gaps }
+
+    /// The group that holds `device`'s ops: no ops for a device without any.
+    pub(super) fn of_device(&self, device: u32) -> [&[Op]; 2] {
+        match self.of_device.get(&device) {
+            Some(&g) => [&self.groups[g][0], &self.groups[g][1]],
+            None => [&[], &[]],
+        }
+    }
+
+    /// The kernels' ops, group after group.
+    pub(super) fn kernels(&self) -> impl Iterator<Item = &Op> {
+        self.groups.iter().flat_map(|g| &g[0])
+    }
+
+    /// Every op, group after group.
+    pub(super) fn all(&self) -> impl Iterator<Item = &Op> {
+        self.groups.iter().flat_map(|g| g.iter().flatten())
+    }
+}
+
+/// Runs of ops, each by start, in one list: merged by start, equal starts in the runs' order, as
+/// a stable sort would leave them, without its buffer.
+fn by_start(mut runs: Vec<Vec<Op>>) -> Vec<Op> {
+    if runs.len() <= 1 {
+        return runs.pop().unwrap_or_default();
+    }
+    let mut out = Vec::with_capacity(runs.iter().map(Vec::len).sum());
+    let mut next = vec![0usize; runs.len()];
+    let mut heap: BinaryHeap<Reverse<(i64, usize)>> = (runs.iter().enumerate())
+        .map(|(i, r)| Reverse((r[0].start, i)))
+        .collect();
+    while let Some(Reverse((_, i))) = heap.pop() {
+        out.push(runs[i][next[i]]);
+        next[i] += 1;
+        if let Some(o) = runs[i].get(next[i]) {
+            heap.push(Reverse((o.start, i)));
+        }
+    }
+    out
 }
 
 /// The process of the first op that starts on `device` at or after `t` (the least process among
@@ -641,13 +785,49 @@ mod tests {
             let (kernels, rest, windows, gaps) = trace(seed);
             // Every idle stretch listed, so that one split or swept twice would show.
             for top in [10, usize::MAX] {
-                let one = sweep_in([&kernels, &rest], &windows, &gaps, top, 1);
+                let one = sweep_in(&[[&kernels, &rest]], &windows, &gaps, top, &[1]);
                 assert!(one.gaps.len() >= 10 && one.breakdowns.iter().any(|b| b.other_work_ns > 0));
                 for count in [2, 3, 8, 50] {
-                    let cut = sweep_in([&kernels, &rest], &windows, &gaps, top, count);
+                    let cut = sweep_in(&[[&kernels, &rest]], &windows, &gaps, top, &[count]);
                     assert_eq!(cut.breakdowns, one.breakdowns, "seed {seed}, {count} slabs");
                     assert_eq!(cut.gaps, one.gaps, "seed {seed}, {count} slabs");
                 }
+            }
+        }
+    }
+
+    /// The ops of each device in a run of their own, as the files of a run come, make a group
+    /// each, swept side by side; runs that share a device are merged into one group. Either way
+    /// the sweep is that of every op in one list.
+    #[test]
+    fn groups_sum_to_one_sweep() {
+        for seed in [3, 11] {
+            let (kernels, rest, windows, gaps) = trace(seed);
+            let one = sweep_in(&[[&kernels, &rest]], &windows, &gaps, usize::MAX, &[1]);
+            let on = |d: u32| kernels.iter().filter(move |o| o.device == d).copied();
+            let per_device =
+                Timelines::new((0..3).map(|d| on(d).collect()).collect(), rest.clone());
+            // Device 1's ops shared between two runs, which must be swept as one group.
+            let (mut a, mut b): (Vec<Op>, Vec<Op>) = (on(0).collect(), on(2).collect());
+            for (i, o) in on(1).enumerate() {
+                if i % 2 == 0 {
+                    a.push(o)
+                } else {
+                    b.push(o)
+                }
+            }
+            a.sort_by_key(|o| o.start);
+            b.sort_by_key(|o| o.start);
+            let shared = Timelines::new(vec![a, b], rest.clone());
+            for (timelines, groups) in [(per_device, 3), (shared, 1)] {
+                assert_eq!(timelines.groups().len(), groups, "seed {seed}");
+                let split = sweep(&timelines.groups(), &windows, &gaps, usize::MAX);
+                assert_eq!(
+                    split.breakdowns, one.breakdowns,
+                    "seed {seed}, {groups} groups"
+                );
+                assert_eq!(split.gaps, one.gaps, "seed {seed}, {groups} groups");
+                assert_eq!(timelines.all().count(), kernels.len() + rest.len());
             }
         }
     }

@@ -83,6 +83,12 @@ impl ExportSource {
         }))
     }
 
+    /// Read the kernel and API tables in one chunk on the calling thread
+    /// ([`Export::read_serially`]).
+    pub fn read_serially(&mut self) {
+        self.export.read_serially();
+    }
+
     /// The export itself, for readers of columns the rows above leave out (the trace reports of
     /// [`crate::stats`]).
     pub fn export(&self) -> &Export {

@@ -22,9 +22,11 @@
 //! streamed, anything else loaded), its small tables read and one pass made over its kernels for
 //! what the rules need first: the ends of its communication kernels, the processes and devices
 //! that ran kernels, and the kernels' names. The small tables are then merged on the run's
-//! timeline (`timeline.rs`), and the scans of API calls and kernels go through the files in rank
-//! order, each file's rows moved onto the run's clock and ids as they pass: memory holds the small
-//! tables of every file, not their kernels and calls. Kernel names are ids of the run's strings,
+//! timeline (`timeline.rs`), and the scans of API calls and kernels read the files side by side
+//! (each export in one chunk when there are as many files as cores, so that the chunks to merge
+//! are as many as one export's), each file's rows moved onto the run's clock and ids as they pass,
+//! their states handed back in rank order: memory holds the small tables of every file, not their
+//! kernels and calls. Kernel names are ids of the run's strings,
 //! as a loaded trace's are; mangled names are not handed over. [`load_trace_or_run`] gives the
 //! run as one trace in memory, for `compare`, which reads kernels beyond their rows.
 
@@ -33,6 +35,7 @@ mod timeline;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -72,8 +75,9 @@ pub struct RankFile {
 pub struct Run {
     /// The small tables of every file on the run's timeline, with every kernel name.
     trace: Trace,
-    /// In rank order.
-    sources: Vec<RankSource>,
+    /// In rank order; each behind a lock of its own, so that the files are read side by side
+    /// (an export's connection is used by one thread at a time).
+    sources: Vec<Mutex<RankSource>>,
     files: Vec<RankFile>,
     notes: Vec<String>,
 }
@@ -211,15 +215,26 @@ fn look<S: TraceSource>(source: &mut S, classifier: &Classifier) -> Result<Look>
     })
 }
 
-/// Open the file at `path` (loaded whole when `whole`) and look at it.
-fn open_file(path: &Path, classifier: &Classifier, how: &Reading) -> Result<(FileSource, Look)> {
+/// Open the file at `path` (loaded whole when `whole`) and look at it; an export read in one
+/// chunk when `serially`.
+fn open_file(
+    path: &Path,
+    classifier: &Classifier,
+    how: &Reading,
+    serially: bool,
+) -> Result<(FileSource, Look)> {
     let mut source = match how {
         Reading::Whole => FileSource::Loaded(Box::new(crate::formats::load_trace(path)?)),
         Reading::Streamed {
             per_kernel,
             per_call,
         } => match super::open(path, *per_kernel, *per_call)? {
-            Opened::Export(e) => FileSource::Export(e),
+            Opened::Export(mut e) => {
+                if serially {
+                    e.read_serially();
+                }
+                FileSource::Export(e)
+            }
             Opened::Loaded(t) => FileSource::Loaded(t),
         },
     };
@@ -280,9 +295,11 @@ impl Run {
                 message: "no files to read".into(),
             });
         }
+        // As many files as cores or more: each read in one chunk, the files side by side.
+        let serially = paths.len() >= rayon::current_num_threads();
         let opened: Vec<(FileSource, Look)> = paths
             .par_iter()
-            .map(|p| open_file(p, classifier, how))
+            .map(|p| open_file(p, classifier, how, serially))
             .collect::<Result<_>>()?;
         let recorded: Vec<Option<u32>> = opened.iter().map(|o| o.1.small.source.rank).collect();
         let (ranks, rank_from) = ranks::ranks(paths, &recorded);
@@ -354,12 +371,12 @@ impl Run {
                     raw => names.by_text.insert(raw, ids),
                 };
             }
-            sources.push(RankSource {
+            sources.push(Mutex::new(RankSource {
                 source,
                 remap,
                 own: look.small,
                 names,
-            });
+            }));
         }
         let mut trace = merged.expect("at least one file");
         trace.sort();
@@ -394,6 +411,7 @@ impl Run {
     fn into_trace(self) -> Trace {
         let mut trace = self.trace;
         for s in self.sources {
+            let s = s.into_inner().unwrap_or_else(|e| e.into_inner());
             let FileSource::Loaded(mut t) = s.source else {
                 unreachable!("a run read whole holds loaded traces");
             };
@@ -426,7 +444,7 @@ const FILE_SHIFT: u32 = 40;
 
 /// The names of a run's rows, resolved into the run's strings.
 struct RunNames<'a> {
-    sources: &'a mut [RankSource],
+    sources: &'a mut [Mutex<RankSource>],
     trace: &'a mut Trace,
 }
 
@@ -436,6 +454,7 @@ impl NameResolver for RunNames<'_> {
         let Some(s) = self.sources.get_mut(file) else {
             return self.unnamed();
         };
+        let s = s.get_mut().unwrap_or_else(|e| e.into_inner());
         let text = match &mut s.source {
             FileSource::Export(e) => {
                 let id = e.resolve(&mut s.own, |names| names.function(own));
@@ -469,9 +488,8 @@ impl TraceSource for Run {
     }
 
     fn api_rows(&self) -> u64 {
-        self.sources
-            .iter()
-            .map(|s| with_source!(s, src => src.api_rows()))
+        (self.sources.iter())
+            .map(|s| with_source!(lock(s), src => src.api_rows()))
             .sum()
     }
 
@@ -481,24 +499,26 @@ impl TraceSource for Run {
         init: impl Fn() -> S + Sync,
         row: impl Fn(&mut S, &ApiRow) + Sync,
     ) -> Result<Vec<S>> {
-        let mut out = Vec::new();
-        for (i, s) in self.sources.iter().enumerate() {
-            let remap = &s.remap;
-            let key = |own: u64| {
-                if names {
-                    (i as u64) << FILE_SHIFT | own
-                } else {
-                    0
-                }
-            };
-            let on_run = |state: &mut S, r: &ApiRow| {
-                if let Some(r) = remap.api(r, key(r.name)) {
-                    row(state, &r);
-                }
-            };
-            out.extend(with_source!(s, src => src.scan_api(names, &init, on_run))?);
-        }
-        Ok(out)
+        let per_file = (self.sources.par_iter().enumerate())
+            .map(|(i, s)| {
+                let s = &*lock(s);
+                let remap = &s.remap;
+                let key = |own: u64| {
+                    if names {
+                        (i as u64) << FILE_SHIFT | own
+                    } else {
+                        0
+                    }
+                };
+                let on_run = |state: &mut S, r: &ApiRow| {
+                    if let Some(r) = remap.api(r, key(r.name)) {
+                        row(state, &r);
+                    }
+                };
+                with_source!(s, src => src.scan_api(names, &init, on_run))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(per_file.into_iter().flatten().collect())
     }
 
     fn scan_kernels<S: Send>(
@@ -508,24 +528,24 @@ impl TraceSource for Run {
         init: impl Fn() -> S + Sync,
         row: impl Fn(&mut S, &KernelRow<'_, Self::Names>) + Sync,
     ) -> Result<Vec<S>> {
-        let mut out = Vec::new();
-        for s in &self.sources {
-            out.extend(with_source!(s, src => kernels_on_run(src, s, graph_node, &init, &row))?);
-        }
-        Ok(out)
+        let per_file = (self.sources.par_iter())
+            .map(|s| {
+                let s = &*lock(s);
+                with_source!(s, src => kernels_on_run(src, s, graph_node, &init, &row))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(per_file.into_iter().flatten().collect())
     }
 
     fn check_bounds(&self) -> Result<()> {
         for s in &self.sources {
-            with_source!(s, src => src.check_bounds())?;
+            with_source!(lock(s), src => src.check_bounds())?;
         }
         Ok(())
     }
 
     fn has_kernel_table(&self) -> bool {
-        self.sources
-            .iter()
-            .any(|s| with_source!(s, src => src.has_kernel_table()))
+        (self.sources.iter()).any(|s| with_source!(lock(s), src => src.has_kernel_table()))
     }
 
     type Texts<'t> = TraceTexts<'t>;
@@ -553,6 +573,7 @@ impl TraceSource for Run {
     fn calls_at(&self, queries: &[(u32, i64)]) -> Result<HashMap<(u32, i64), Option<String>>> {
         let mut out = HashMap::new();
         for s in &self.sources {
+            let s = &*lock(s);
             let own: HashMap<u32, u32> = s.remap.pids.iter().map(|(&o, &r)| (r, o)).collect();
             // Each file's queries on its own clock and ids, and the query each answers.
             let asked: HashMap<(u32, i64), (u32, i64)> = queries
@@ -571,6 +592,11 @@ impl TraceSource for Run {
         }
         Ok(out)
     }
+}
+
+/// A file of the run, locked for reading.
+fn lock(s: &Mutex<RankSource>) -> std::sync::MutexGuard<'_, RankSource> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The kernels of one file's `source`, on the run's timeline and named by the run's strings.

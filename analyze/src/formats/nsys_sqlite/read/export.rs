@@ -32,6 +32,9 @@ pub struct Export {
     schema: Schema,
     names: Names,
     shown: std::path::PathBuf,
+    /// Whether the kernel and API tables are read in chunks side by side (unless
+    /// [`Export::read_serially`]).
+    parallel: bool,
     _task: progress::Task,
     /// Where the rows are read from: an inflated copy of a compressed export is removed when
     /// the export is dropped.
@@ -218,9 +221,16 @@ impl Export {
             schema,
             names: Names::new(string_ids),
             shown: path.to_owned(),
+            parallel: true,
             _task: task,
             _db: db,
         }))
+    }
+
+    /// Read the kernel and API tables in one chunk on the calling thread: for exports read side
+    /// by side, one per core, where chunks of each would only add states to merge.
+    pub fn read_serially(&mut self) {
+        self.parallel = false;
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
@@ -466,7 +476,7 @@ impl Export {
             let columns = [START, END, GLOBAL_TID, CORRELATION_ID, name, "rowid"];
             let number = (table == DRIVER) as u8;
             let states = tables
-                .scan(table, &columns, true, &init, |s, r| {
+                .scan(table, &columns, self.parallel, &init, |s, r| {
                     row(
                         s,
                         ApiRow {
@@ -522,7 +532,7 @@ impl Export {
             STREAM_ID,
         ];
         tables
-            .scan(KERNEL, &columns, true, init, |s, r| {
+            .scan(KERNEL, &columns, self.parallel, init, |s, r| {
                 let k = KernelRow {
                     start: r.int(0)?,
                     end: r.int(1)?,
