@@ -1,7 +1,7 @@
 -- The rank table: per rank (a process on a device), its kernel time over the whole trace, per
 -- measured step (means over its steps) the step's span on the device and its compute,
--- communication (all, and the part no compute hid) and idle time, and the waiting at collectives
--- it did and caused (the `waits` view).
+-- communication (all, and the part no compute hid), memory copies (the time only they ran) and
+-- idle time, and the waiting at collectives it did and caused (the `waits` view).
 WITH steps AS (
   SELECT rank, device, process,
          COUNT(*) AS steps,
@@ -9,6 +9,7 @@ WITH steps AS (
          AVG(compute_ns) AS compute_ns,
          AVG(communication_ns) AS communication_ns,
          AVG(exposed_communication_ns) AS exposed_communication_ns,
+         AVG(memcpy_ns) AS memcpy_ns,
          AVG(idle_ns) AS idle_ns
   FROM rank_steps
   GROUP BY rank, device, process
@@ -22,7 +23,8 @@ kernels AS (
 SELECT k.rank, k.device, k.process,
        COALESCE(s.steps, 0) AS steps,
        k.kernel_ns,
-       s.step_ns, s.compute_ns, s.communication_ns, s.exposed_communication_ns, s.idle_ns,
+       s.step_ns, s.compute_ns, s.communication_ns, s.exposed_communication_ns, s.memcpy_ns,
+       s.idle_ns,
        w.waited_ns, w.wait_caused_ns
 FROM kernels k
 LEFT JOIN steps s ON s.rank = k.rank AND s.device = k.device AND s.process = k.process

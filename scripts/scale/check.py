@@ -19,7 +19,7 @@ import sys
 
 PHASE_FIELDS = ["kernels", "kernel_ns", "gemm_ns", "gemm_fraction", "memcpy_ns", "memset_ns"]
 RANK_FIELDS = ["steps", "kernel_ns", "step_ns", "compute_ns", "communication_ns",
-               "exposed_communication_ns", "idle_ns", "waited_ns", "wait_caused_ns"]
+               "exposed_communication_ns", "memcpy_ns", "idle_ns", "waited_ns", "wait_caused_ns"]
 
 
 class Checker:
@@ -69,7 +69,8 @@ def check_ranks(c, answers, profile, own_ids=False):
     want = profile.get("ranks") or [
         dict(d, rank=None, step_ns=(d["per_step"] or {}).get("span_ns"),
              **{f: (d["per_step"] or {}).get(f) for f in
-                ["compute_ns", "communication_ns", "exposed_communication_ns", "idle_ns"]})
+                ["compute_ns", "communication_ns", "exposed_communication_ns", "memcpy_ns",
+                 "idle_ns"]})
         for d in profile["devices"]
     ]
     by_rank = bool(profile.get("ranks"))

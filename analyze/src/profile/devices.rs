@@ -58,6 +58,8 @@ pub struct StepFigures {
     pub compute_ns: f64,
     pub communication_ns: f64,
     pub exposed_communication_ns: f64,
+    /// Only memory copies running.
+    pub memcpy_ns: f64,
     pub idle_ns: f64,
     pub span_ns: f64,
 }
@@ -156,6 +158,7 @@ pub(super) fn profiles(
                 compute_ns: mean(&|s| s.breakdown.compute_ns),
                 communication_ns: mean(&|s| s.breakdown.communication_ns),
                 exposed_communication_ns: mean(&|s| s.breakdown.exposed_communication_ns),
+                memcpy_ns: mean(&|s| s.breakdown.memcpy_ns),
                 idle_ns: mean(&|s| s.breakdown.idle_ns),
                 span_ns: mean(&|s| s.breakdown.span_ns),
             });

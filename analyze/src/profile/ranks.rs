@@ -30,6 +30,7 @@ pub struct RankRow {
     pub compute_ns: Option<f64>,
     pub communication_ns: Option<f64>,
     pub exposed_communication_ns: Option<f64>,
+    pub memcpy_ns: Option<f64>,
     pub idle_ns: Option<f64>,
     /// Time it waited at collectives for a later rank, and the others' waiting for it.
     pub waited_ns: i64,
@@ -53,6 +54,7 @@ impl RankRow {
             compute_ns: s.map(|s| s.compute_ns),
             communication_ns: s.map(|s| s.communication_ns),
             exposed_communication_ns: s.map(|s| s.exposed_communication_ns),
+            memcpy_ns: s.map(|s| s.memcpy_ns),
             idle_ns: s.map(|s| s.idle_ns),
             waited_ns: d.waited_ns,
             wait_caused_ns: d.wait_caused_ns,
