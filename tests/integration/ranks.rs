@@ -346,3 +346,56 @@ fn a_run_streamed_profiles_as_the_run_loaded_whole() {
         }
     }
 }
+
+/// `report` over a folder whose per-rank files' names give no rank (torch.profiler's
+/// `host_pid.time.pt.trace.json`, exports named by node) makes one run of each set of files by
+/// the ranks they record: Kineto's `distributedInfo`, the `RANK` of an export's environment.
+#[test]
+fn report_groups_files_by_the_ranks_they_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |from: &PathBuf, to: &str, inflate: bool| {
+        let bytes = std::fs::read(from).unwrap();
+        let bytes = if inflate {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut out)
+                .unwrap();
+            out
+        } else {
+            bytes
+        };
+        std::fs::write(dir.path().join(to), bytes).unwrap();
+    };
+    let (kineto, nsys) = (files(KINETO_SLOW), files(NSYS_SLOW));
+    copy(&kineto[0], "host-a_4711.1700000000.pt.trace.json.gz", false);
+    copy(&kineto[1], "host-b_4712.1700000001.pt.trace.json.gz", false);
+    copy(&nsys[0], "node-a.sqlite", true);
+    copy(&nsys[1], "node-b.sqlite", true);
+    let out = tempfile::tempdir().unwrap();
+    let o = common::analyze(&[
+        "report",
+        "-q",
+        "--no-plots",
+        "-o",
+        out.path().to_str().unwrap(),
+        dir.path().to_str().unwrap(),
+    ]);
+    common::assert_success(&o);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap())
+            .unwrap();
+    let traces = report["inputs"]["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    for t in traces {
+        let ranks = t["profile"]["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 2);
+        assert!(ranks.iter().all(|r| r["rank_from"] == "metadata"));
+        assert_eq!(t["profile"]["straggler"]["rank"].as_u64(), Some(0));
+    }
+    let exports = traces
+        .iter()
+        .find(|t| t["file"].as_str().unwrap().contains("node-a.sqlite"))
+        .unwrap();
+    let count: i64 = nsys_by_sql(NSYS_SLOW).iter().map(|f| f.1).sum();
+    assert_eq!(exports["kernels"], count);
+}

@@ -121,6 +121,18 @@ pub fn detect(path: &Path) -> Result<Kind> {
     }
 }
 
+/// The rank (and world size) the trace at `path` records of itself, where that is cheap to reach:
+/// a Kineto trace's head (plain or gzip), an uncompressed export's environment. `None` for any
+/// other file (a compressed export or a report would be inflated or converted first) and where
+/// nothing is recorded or the file cannot be read.
+pub fn recorded_rank(path: &Path) -> Option<(u32, Option<u32>)> {
+    match detect(path).ok()? {
+        Kind::Kineto => kineto::head::recorded_rank(path).ok().flatten(),
+        Kind::NsysSqlite => nsys_sqlite::read::recorded_rank(path).ok().flatten(),
+        _ => None,
+    }
+}
+
 /// Peak memory of parsing a file read whole (a pickle, a bench results file) and analysing it,
 /// as a multiple of its (inflated) size: 2.3 was measured for a 957 MB Kineto trace read whole.
 /// Kineto traces are streamed instead, their memory measured as they are read

@@ -7,8 +7,8 @@
 //! `peaks.jsonl`) or that cannot be read is skipped and listed in the report with the reason, so
 //! one bad file does not sink a whole sweep. A `.nsys-rep` beside its `.sqlite` export is skipped
 //! in favour of the export. The per-rank files of one run found in a folder (names that differ
-//! only in the number after `rank`, ranks 0 to n − 1: [`many::rank_runs`]) are one run, read as
-//! `profile` reads them. Each file is analysed as soon as it is read and then dropped, so a
+//! only in the number after `rank`, or the ranks 0 to n − 1 the files record: [`many::rank_runs`])
+//! are one run, read as `profile` reads them. Each file is analysed as soon as it is read and then dropped, so a
 //! sweep of many large traces never sits in memory at once.
 
 use std::path::{Path, PathBuf};
@@ -84,7 +84,8 @@ fn candidates(paths: &[PathBuf]) -> Result<Vec<Candidate>> {
         if p.is_dir() {
             let mut files = Vec::new();
             walk(p, &mut files)?;
-            out.extend(many::rank_runs(files).into_iter().map(|mut run| {
+            let runs = many::rank_runs(files, crate::formats::recorded_rank);
+            out.extend(runs.into_iter().map(|mut run| {
                 let path = run[0].clone();
                 if run.len() == 1 {
                     run.clear();

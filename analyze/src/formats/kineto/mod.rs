@@ -32,6 +32,7 @@
 //! traces before: `event.rs` says where.
 
 mod event;
+pub mod head;
 mod reader;
 
 use std::collections::BTreeMap;

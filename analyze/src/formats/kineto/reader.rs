@@ -385,8 +385,8 @@ impl Reader {
             .map(|c| c.to_string())
             .collect();
         let rank = json("distributedInfo")
-            .and_then(|info| info.get("rank").and_then(as_u64))
-            .and_then(|r| u32::try_from(r).ok());
+            .and_then(|info| super::head::distributed(&info))
+            .map(|(rank, _)| rank);
         let clock_origin_ns = json("baseTimeNanoseconds")
             .and_then(|v| as_u64(&v))
             .and_then(|ns| i64::try_from(ns).ok());

@@ -2,7 +2,7 @@
 //! the traces in them ([`expand`]), each file's rank by the first rule that tells every file
 //! apart ([`ranks`]), and the per-rank files of one run found among a folder's ([`rank_runs`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -129,12 +129,21 @@ fn rank_word(path: &Path) -> Option<(String, u32)> {
     ))
 }
 
-/// `files` (in order) cut into runs: the files of one folder whose names differ only in a rank
-/// number after the word `rank`, ranks 0 to n − 1 with n ≥ 2, make one run (in rank order, at the
-/// place of the first); every other file is a run of its own. Stricter than the rule `profile`
-/// uses for the files it is given as one run, so that a folder of a sweep's files
-/// (`ctx_128.sqlite`, `ctx_256.sqlite`) is never taken for ranks.
-pub fn rank_runs(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
+/// `files` (in order) cut into runs, in two ways, the first applying first:
+/// - by name: the files of one folder whose names differ only in a rank number after the word
+///   `rank`, ranks 0 to n − 1 with n ≥ 2, make one run;
+/// - by record: among the rest, the files of one folder that record (`recorded`) the same world
+///   size, or none, and ranks 0 to n − 1 with n ≥ 2, each rank the same number m of times, make m
+///   runs, the j-th file of each rank (in name order) in the j-th run (a scheduled profiler's
+///   cycles, each rank's files named by time).
+///
+/// A run comes in rank order, at the place of its first file; every other file is a run of its
+/// own. Stricter than the rule `profile` uses for the files it is given as one run, so that a
+/// folder of a sweep's files (`ctx_128.sqlite`, `ctx_256.sqlite`) is never taken for ranks.
+pub fn rank_runs(
+    files: Vec<PathBuf>,
+    recorded: impl Fn(&Path) -> Option<(u32, Option<u32>)>,
+) -> Vec<Vec<PathBuf>> {
     // The folder and the name without its rank number.
     let key = |p: &PathBuf| rank_word(p).map(|(name, rank)| (p.with_file_name(name), rank));
     let mut sets: HashMap<PathBuf, Vec<(u32, PathBuf)>> = HashMap::new();
@@ -147,18 +156,52 @@ pub fn rank_runs(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
         set.sort();
         set.len() >= 2 && set.iter().map(|s| s.0).eq(0..set.len() as u32)
     });
+    let by_name: BTreeSet<&PathBuf> = sets.values().flatten().map(|s| &s.1).collect();
+    // The rest by folder and recorded world size: (rank, file) in name order.
+    let mut by_record: BTreeMap<(Option<&Path>, Option<u32>), Vec<(u32, PathBuf)>> =
+        BTreeMap::new();
+    for f in files.iter().filter(|f| !by_name.contains(f)) {
+        if let Some((rank, world)) = recorded(f) {
+            by_record
+                .entry((f.parent(), world))
+                .or_default()
+                .push((rank, f.clone()));
+        }
+    }
+    // Each recorded run by its first file.
+    let mut recorded_runs: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
+    for ((_, world), mut set) in by_record {
+        set.sort();
+        let n = set.iter().map(|s| s.0).collect::<BTreeSet<_>>().len();
+        let m = set.len() / n.max(1);
+        let whole = n >= 2
+            && world.is_none_or(|w| w as usize == n)
+            && set.len() == n * m
+            && (0..set.len()).all(|i| set[i].0 as usize == i / m);
+        if !whole {
+            continue;
+        }
+        for j in 0..m {
+            let run: Vec<PathBuf> = (0..n).map(|r| set[r * m + j].1.clone()).collect();
+            let first = run.iter().min().expect("n ≥ 2").clone();
+            recorded_runs.insert(first, run);
+        }
+    }
+    let in_recorded: BTreeSet<PathBuf> = recorded_runs.values().flatten().cloned().collect();
     let mut out = Vec::new();
     let mut placed: BTreeSet<PathBuf> = BTreeSet::new();
     for f in files {
         if placed.contains(&f) {
             continue;
         }
-        match key(&f).and_then(|(k, _)| sets.remove(&k)) {
-            Some(set) => {
-                placed.extend(set.iter().map(|s| s.1.clone()));
-                out.push(set.into_iter().map(|s| s.1).collect());
-            }
-            None => out.push(vec![f]),
+        if let Some(set) = key(&f).and_then(|(k, _)| sets.remove(&k)) {
+            placed.extend(set.iter().map(|s| s.1.clone()));
+            out.push(set.into_iter().map(|s| s.1).collect());
+        } else if let Some(run) = recorded_runs.remove(&f) {
+            placed.extend(run.iter().cloned());
+            out.push(run);
+        } else if !in_recorded.contains(&f) {
+            out.push(vec![f]);
         }
     }
     out
@@ -182,16 +225,19 @@ mod tests {
     #[test]
     fn a_folders_rank_files_make_one_run_and_a_sweeps_files_do_not() {
         let paths = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(PathBuf::from).collect() };
-        let runs = rank_runs(paths(&[
-            "a/ctx_128.sqlite",
-            "a/ctx_256.sqlite",
-            "a/job_rank1.sqlite",
-            "a/job_rank0.sqlite",
-            "a/job_rank1.nsys-rep",
-            "a/other_rank0.json",
-            "a/other_rank2.json",
-            "b/job_rank0.sqlite",
-        ]));
+        let runs = rank_runs(
+            paths(&[
+                "a/ctx_128.sqlite",
+                "a/ctx_256.sqlite",
+                "a/job_rank1.sqlite",
+                "a/job_rank0.sqlite",
+                "a/job_rank1.nsys-rep",
+                "a/other_rank0.json",
+                "a/other_rank2.json",
+                "b/job_rank0.sqlite",
+            ]),
+            |_| None,
+        );
         assert_eq!(
             runs,
             [
@@ -202,6 +248,53 @@ mod tests {
                 paths(&["a/other_rank0.json"]),
                 paths(&["a/other_rank2.json"]),
                 paths(&["b/job_rank0.sqlite"]),
+            ]
+        );
+    }
+
+    /// Files whose names give no rank make runs by the ranks they record: a scheduled profiler's
+    /// two cycles on two ranks are two runs; a lone rank, a world size the files do not fill and
+    /// ranks that do not start at 0 are not.
+    #[test]
+    fn files_make_runs_by_the_ranks_they_record() {
+        let records: HashMap<&str, (u32, Option<u32>)> = HashMap::from([
+            ("a/host1_11.100.pt.trace.json", (0, Some(2))),
+            ("a/host1_11.200.pt.trace.json", (0, Some(2))),
+            ("a/host2_22.101.pt.trace.json", (1, Some(2))),
+            ("a/host2_22.201.pt.trace.json", (1, Some(2))),
+            ("a/single.sqlite", (0, Some(1))),
+            ("b/x.json", (0, Some(4))),
+            ("b/y.json", (1, Some(4))),
+            ("c/x.json", (1, None)),
+            ("c/y.json", (2, None)),
+            ("d/job_rank0.json", (1, Some(2))),
+            ("d/job_rank1.json", (0, Some(2))),
+        ]);
+        let mut names: Vec<&str> = records.keys().copied().collect();
+        names.push("a/notes.csv");
+        names.sort();
+        let files: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+        let runs = rank_runs(files, |p| records.get(p.to_str()?).copied());
+        let run = |names: &[&str]| -> Vec<PathBuf> { names.iter().map(PathBuf::from).collect() };
+        assert_eq!(
+            runs,
+            [
+                run(&[
+                    "a/host1_11.100.pt.trace.json",
+                    "a/host2_22.101.pt.trace.json"
+                ]),
+                run(&[
+                    "a/host1_11.200.pt.trace.json",
+                    "a/host2_22.201.pt.trace.json"
+                ]),
+                run(&["a/notes.csv"]),
+                run(&["a/single.sqlite"]),
+                run(&["b/x.json"]),
+                run(&["b/y.json"]),
+                run(&["c/x.json"]),
+                run(&["c/y.json"]),
+                // The names' ranks come first: the records' are not asked.
+                run(&["d/job_rank0.json", "d/job_rank1.json"]),
             ]
         );
     }

@@ -144,6 +144,14 @@ fn open_export(db: &Path, shown: &Path) -> Result<(Connection, Schema)> {
     Ok((conn, schema))
 }
 
+/// The rank (and world size) the uncompressed export at `path` records in the environment nsys
+/// saved; `None` where it records none.
+pub fn recorded_rank(path: &Path) -> Result<Option<(u32, Option<u32>)>> {
+    let (conn, schema) = open_export(path, path)?;
+    let origin = tables::Origin::read(&conn, &schema).map_err(|e| sqlite_err(path, e))?;
+    Ok(origin.rank.map(|rank| (rank, origin.world_size)))
+}
+
 /// The SQLite file that holds an input [`crate::formats::detect`] found to be an nsys export:
 /// the file itself, a temporary inflated copy of a compressed one (removed when this is
 /// dropped), or the export `nsys export` made of a report.

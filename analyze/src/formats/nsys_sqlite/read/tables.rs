@@ -84,16 +84,17 @@ struct RawNvtx {
 }
 
 /// Where a capture stands among others: its session's start as Unix time, and the rank the
-/// profiled program was given (`RANK` in the environment nsys recorded: torchrun's and most
-/// launchers' variable), where the export has them.
+/// profiled program was given and the number of ranks (`RANK` and `WORLD_SIZE` in the environment
+/// nsys recorded: torchrun's and most launchers' variables), where the export has them.
 #[derive(Default)]
-struct Origin {
+pub(super) struct Origin {
     clock_ns: Option<i64>,
-    rank: Option<u32>,
+    pub(super) rank: Option<u32>,
+    pub(super) world_size: Option<u32>,
 }
 
 impl Origin {
-    fn read(conn: &Connection, schema: &Schema) -> rusqlite::Result<Origin> {
+    pub(super) fn read(conn: &Connection, schema: &Schema) -> rusqlite::Result<Origin> {
         let mut origin = Origin::default();
         if schema.has(TARGET_INFO_SESSION_START_TIME) {
             let sql = format!("SELECT {UTC_EPOCH_NS} FROM {TARGET_INFO_SESSION_START_TIME}");
@@ -113,10 +114,13 @@ impl Origin {
                 let Ok(Some(env)) = r.get::<_, Option<String>>(0) else {
                     continue;
                 };
-                origin.rank = env
-                    .split(';')
-                    .find_map(|kv| kv.strip_prefix("RANK="))
-                    .and_then(|v| v.trim().parse().ok());
+                let var = |name: &str| {
+                    (env.split(';'))
+                        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                        .and_then(|v| v.trim().parse().ok())
+                };
+                origin.rank = var("RANK");
+                origin.world_size = var("WORLD_SIZE");
                 if origin.rank.is_some() {
                     break;
                 }
