@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use analyze::kernels::class::Classifier;
 use analyze::profile::{self, Profile, ProfileOptions};
@@ -272,11 +272,8 @@ fn compare_reads_each_folder_as_one_run() {
     }
 }
 
-/// `report` over the folder of the rank fixtures makes one run of each folder of rank files:
-/// both ranks' kernels (the files' sums by plain SQL), a rank table of two, and the planted
-/// straggler named in the slowed runs only.
-#[test]
-fn report_reads_each_folder_of_rank_files_as_one_run() {
+/// The `report.json` of `analyze report` over `folder`.
+fn report_json(folder: &Path) -> Value {
     let out = tempfile::tempdir().unwrap();
     let o = common::analyze(&[
         "report",
@@ -284,12 +281,18 @@ fn report_reads_each_folder_of_rank_files_as_one_run() {
         "--no-plots",
         "-o",
         out.path().to_str().unwrap(),
-        common::fixture("ranks").to_str().unwrap(),
+        folder.to_str().unwrap(),
     ]);
     common::assert_success(&o);
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap())
-            .unwrap();
+    serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap()).unwrap()
+}
+
+/// `report` over the folder of the rank fixtures makes one run of each folder of rank files:
+/// both ranks' kernels (the files' sums by plain SQL), a rank table of two, and the planted
+/// straggler named in the slowed runs only.
+#[test]
+fn report_reads_each_folder_of_rank_files_as_one_run() {
+    let report = report_json(&common::fixture("ranks"));
     let traces = report["inputs"]["traces"].as_array().unwrap();
     assert_eq!(traces.len(), 4);
     for folder in [NSYS_EVEN, NSYS_SLOW, KINETO_EVEN, KINETO_SLOW] {
@@ -371,19 +374,7 @@ fn report_groups_files_by_the_ranks_they_record() {
     copy(&kineto[1], "host-b_4712.1700000001.pt.trace.json.gz", false);
     copy(&nsys[0], "node-a.sqlite", true);
     copy(&nsys[1], "node-b.sqlite", true);
-    let out = tempfile::tempdir().unwrap();
-    let o = common::analyze(&[
-        "report",
-        "-q",
-        "--no-plots",
-        "-o",
-        out.path().to_str().unwrap(),
-        dir.path().to_str().unwrap(),
-    ]);
-    common::assert_success(&o);
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap())
-            .unwrap();
+    let report = report_json(dir.path());
     let traces = report["inputs"]["traces"].as_array().unwrap();
     assert_eq!(traces.len(), 2, "{traces:?}");
     for t in traces {

@@ -158,8 +158,8 @@ pub fn rank_runs(
     });
     let by_name: BTreeSet<&PathBuf> = sets.values().flatten().map(|s| &s.1).collect();
     // The rest by folder and recorded world size: (rank, file) in name order.
-    let mut by_record: BTreeMap<(Option<&Path>, Option<u32>), Vec<(u32, PathBuf)>> =
-        BTreeMap::new();
+    type Folder<'a> = (Option<&'a Path>, Option<u32>);
+    let mut by_record: BTreeMap<Folder, Vec<(u32, PathBuf)>> = BTreeMap::new();
     for f in files.iter().filter(|f| !by_name.contains(f)) {
         if let Some((rank, world)) = recorded(f) {
             by_record
