@@ -43,7 +43,9 @@
 // rounding (P and dS rounded to bf16 for the products, as there).
 //
 // Launch contract: flash_bwd_sm90_bf16_d<D>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq,
-//   scale, causal): grid = (BH, ceil(seq / 128)) (extra blocks in y return at once), block = 256,
+//   scale, causal): grid = (BH, ceil(seq / 128)) (extra blocks in y return at once; below d 128
+//   a block takes its head and key tile by launch order, heads in groups whose Q, dO and dq_accum
+//   fill about 32 MiB of L2, low key tiles first in each group: grouped_tile), block = 256,
 //   dynamic shared memory:
 //     kernel                    BC   BR   threads  smem bytes
 //     flash_bwd_sm90_bf16_d16   128  128  256      94208   (*)
@@ -98,13 +100,17 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     constexpr int QN = DQ_BY_ROWS ? D : D / 2;               // dQ columns per warpgroup
     constexpr int QF = QN / 2;                               // dQ floats per thread
 
-    if (past_last_key_tile(seq, BC)) return;
+    // heads in groups whose Q, dO and dq_accum (8 bytes a row element) fill about 32 MiB of L2;
+    // d 128 keeps the plain order (its 255 registers have none left for the place)
+    const GroupedTile place = D < 128 ? grouped_tile(imax(1, (32 << 20) / (seq * D * 8)))
+                                      : GroupedTile{(int)blockIdx.x, (int)blockIdx.y};
+    if (place.rank >= (seq + BC - 1) / BC) return;
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
-    const int k0 = (int)blockIdx.y * BC;  // causal: low key tiles have the most work and go first
-    const i64 head = head_row(seq) * D;
-    const BwdQuery qin = {q + head, dout + head, lse + head_row(seq), delta + head_row(seq)};
+    const int k0 = place.rank * BC;  // causal: low key tiles have the most work and go first
+    const i64 head_rows = (i64)place.bh * seq, head = head_rows * D;
+    const BwdQuery qin = {q + head, dout + head, lse + head_rows, delta + head_rows};
 
     const unsigned base = (smem_addr(flash_smem) + 1023u) & ~1023u;
     const unsigned sK = base;
