@@ -13,25 +13,28 @@
 // masked, never written).
 //
 // Algorithm:
-// - One block owns BC = 128 keys of one head and walks the query tiles of BR = 64 rows (causal:
-//   from the first tile that reaches its first key). Two warpgroups; warpgroup w owns keys
+// - One block owns BC = 128 keys of one head and walks the query tiles of BR rows (BR = 128 up
+//   to d 64, 64 at d 128; causal: from the first tile that reaches its first key, so only the
+//   diagonal tile is masked). Two warpgroups; warpgroup w owns keys
 //   [64w, 64w + 64) of the block and accumulates their dK, dV (fp32, registers) over all tiles.
 // - K, V (once) and Q, dO (double-buffered, cp.async, zero-fill past T) in shared memory in the
 //   canonical wgmma layout (rows of min(2D, 128) bytes, XOR swizzle 128/64/32 bytes, d 128 as two
 //   64-column blocks; see flash_common.cuh), L and Delta of the tile next to them.
 // - Per query tile, warpgroup w (M = its 64 keys):
-//     S^T  = K_w Q^T        wgmma m64n64k16, A = K, B = Q from shared memory (both K-major)
+//     S^T  = K_w Q^T        wgmma m64n(BR)k16, A = K, B = Q from shared memory (both K-major)
 //     dP^T = V_w dO^T       the same with V, dO
 //     P^T = exp2(S^T * scale*log2e - L*log2e), dS^T = scale * P^T * (dP^T - Delta), in registers
 //     dV += P^T dO          wgmma m64nDk16, A = P^T from registers (the accumulator layout is the
 //     dK += dS^T Q          A-fragment layout), B = dO / Q from shared memory, N-major (transpose bit)
-//     dS^T -> shared memory (bf16, [128 keys][64 queries], 128-byte swizzle), fence.proxy.async;
-//     after the next block barrier, dQ_tile[:, w*D/2 .. (w+1)*D/2) = dS K: wgmma m64n(D/2)k16 over
-//     the 128 keys, A = dS^T from shared memory M-major (transpose bit), B = K N-major, added to
-//     dq_accum with red.global.add.v2.f32.
+//     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle), fence.proxy.async;
+//     after the next block barrier, dQ = dS K over the 128 keys, A = dS^T from shared memory
+//     M-major (transpose bit), B = K N-major, added to dq_accum with red.global.add.v2.f32; BR 128:
+//     warpgroup w takes queries [64w, 64w + 64) (wgmma m64nDk16), BR 64: columns [w D/2, (w+1) D/2)
+//     (m64n(D/2)k16; both warpgroups read all of dS^T).
 //   Pipelining (d <= 64): the dQ product of tile i - 1 is issued at the top of iteration i (the
-//   barrier there makes its dS^T visible; dS^T is double-buffered), then S^T and dP^T of tile i;
-//   the dQ reductions run while S^T / dP^T are on the tensor cores, the exp2 of P^T while dP^T is.
+//   barrier there makes its dS^T visible; dS^T is double-buffered) with S^T of tile i behind it;
+//   dQ's reductions run while S^T is on the tensor cores, then dP^T is issued (the dQ and dP^T
+//   accumulators never live at once: 254 registers at d 64), and the exp2 of P^T runs under it.
 //   d 128: dQ of tile i is issued after a second barrier in iteration i and reduced right away (its
 //   32 accumulator registers cannot stay live across the S^T / dP^T phase: 255 registers).
 //   No wgmma group is in flight across the loop edge (ptxas would serialize every wgmma).
@@ -40,15 +43,17 @@
 // rounding (P and dS rounded to bf16 for the products, as there).
 //
 // Launch contract: flash_bwd_sm90_bf16_d<D>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq,
-//   scale, causal): grid = (BH, ceil(seq / 128)) (extra blocks in y return at once), block = 256,
+//   scale, causal): grid = (BH, ceil(seq / 128)) (extra blocks in y return at once; below d 128
+//   a block takes its head and key tile by launch order, heads in groups whose Q, dO and dq_accum
+//   fill about 32 MiB of L2, low key tiles first in each group: grouped_tile), block = 256,
 //   dynamic shared memory:
-//     kernel                    BC   BR  threads  smem bytes
-//     flash_bwd_sm90_bf16_d16   128  64  256      52224   (*)
-//     flash_bwd_sm90_bf16_d32   128  64  256      68608   (*)
-//     flash_bwd_sm90_bf16_d64   128  64  256     101376   (*)
-//     flash_bwd_sm90_bf16_d128  128  64  256     166912   (*)
+//     kernel                    BC   BR   threads  smem bytes
+//     flash_bwd_sm90_bf16_d16   128  128  256      94208   (*)
+//     flash_bwd_sm90_bf16_d32   128  128  256     118784   (*)
+//     flash_bwd_sm90_bf16_d64   128  128  256     167936   (*)
+//     flash_bwd_sm90_bf16_d128  128  64   256     166912   (*)
 //   (*) over 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it before launching.
-//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 1024 (Sm90BwdSmem).
+//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 1024 (Sm90Bwd).
 // A whole backward: zero dq_accum; flash_bwd_preprocess_bf16_d<D>; this; flash_dq_convert_bf16.
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -61,10 +66,13 @@ namespace flash_bwd_sm90 {
 
 using namespace flash;
 
-constexpr int BC = 128, BR = 64, NT = 256;
+constexpr int BC = 128, NT = 256;
 
+// Query rows per tile: 128 up to d 64 (S^T and dP^T as m64n128 products, half the barriers, waits
+// and operand re-reads per FLOP of 64 rows), 64 at d 128 (the 255-register limit).
 template <int D>
-struct Sm90BwdSmem {
+struct Sm90Bwd {
+    static constexpr int BR = D <= 64 ? 128 : 64;
     static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + 1024;
 };
 
@@ -82,18 +90,27 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
                                          const float* __restrict__ lse, const float* __restrict__ delta,
                                          bf16_t* __restrict__ dk, bf16_t* __restrict__ dv, float* __restrict__ dq_accum,
                                          int seq, float scale, int causal) {
+    constexpr int BR = Sm90Bwd<D>::BR;
     constexpr unsigned KV_BYTES = BC * D * 2, QT_BYTES = BR * D * 2, DS_BYTES = BC * BR * 2;
     constexpr int KD = D / 16, KQ = BR / 16, KK = BC / 16;  // k-steps over D, queries, keys
-    constexpr int SN = BR / 2, ON = D / 2, QN = D / 2;       // S^T / dP^T floats, dK / dV floats, dQ columns
+    // dQ = dS K split between the warpgroups by rows (BR = 128: warpgroup w takes queries
+    // [64w, 64w + 64), every column) or by columns (BR = 64: columns [w D/2, (w + 1) D/2))
+    constexpr bool DQ_BY_ROWS = BR == 128;
+    constexpr int SN = BR / 2, ON = D / 2;                   // S^T / dP^T floats, dK / dV floats
+    constexpr int QN = DQ_BY_ROWS ? D : D / 2;               // dQ columns per warpgroup
     constexpr int QF = QN / 2;                               // dQ floats per thread
 
-    if (past_last_key_tile(seq, BC)) return;
+    // heads in groups whose Q, dO and dq_accum (8 bytes a row element) fill about 32 MiB of L2;
+    // d 128 keeps the plain order (its 255 registers have none left for the place)
+    const GroupedTile place = D < 128 ? grouped_tile(imax(1, (32 << 20) / (seq * D * 8)))
+                                      : GroupedTile{(int)blockIdx.x, (int)blockIdx.y};
+    if (place.rank >= (seq + BC - 1) / BC) return;
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
-    const int k0 = (int)blockIdx.y * BC;  // causal: low key tiles have the most work and go first
-    const i64 head = head_row(seq) * D;
-    const BwdQuery qin = {q + head, dout + head, lse + head_row(seq), delta + head_row(seq)};
+    const int k0 = place.rank * BC;  // causal: low key tiles have the most work and go first
+    const i64 head_rows = (i64)place.bh * seq, head = head_rows * D;
+    const BwdQuery qin = {q + head, dout + head, lse + head_rows, delta + head_rows};
 
     const unsigned base = (smem_addr(flash_smem) + 1023u) & ~1023u;
     const unsigned sK = base;
@@ -122,24 +139,26 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     unsigned pa[KQ][4], da[KQ][4];
 
     // dQ of query tile i (the accumulators of its retired wgmma group) into dq_accum
+    const int dq_row0 = DQ_BY_ROWS ? wg * 64 : 0, dq_col0 = DQ_BY_ROWS ? 0 : wg * QN;
     auto reduce_dq = [&](int i) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = i * BR + wq * 16 + g + 8 * h;
+            const int row = i * BR + dq_row0 + wq * 16 + g + 8 * h;
             if (row < seq) {
-                float* dst = dq_accum + head + (i64)row * D + wg * QN + 2 * t;
+                float* dst = dq_accum + head + (i64)row * D + dq_col0 + 2 * t;
 #pragma unroll
                 for (int nb = 0; nb < QN / 8; ++nb) red_add_f32x2(dst + nb * 8, dq[4 * nb + 2 * h], dq[4 * nb + 2 * h + 1]);
             }
         }
     };
 
-    // dQ[:, wg*D/2 ..] of the tile whose dS^T is in buffer sdSb = dS K over the 128 keys: A = dS
-    // (M = queries) M-major, B = K N-major
+    // This warpgroup's part of dQ of the tile whose dS^T is in buffer sdSb = dS K over the 128
+    // keys: A = dS (M = queries) M-major, B = K N-major
     auto issue_dq = [&](unsigned sdSb) {
 #pragma unroll
         for (int kc = 0; kc < KK; ++kc)
-            wgmma_ss_bf16_ta_tb<QN>(dq, nmajor_desc<BR, BC>(sdSb, kc, 0), nmajor_desc<D, BC>(sK, kc, wg * QN), kc > 0);
+            wgmma_ss_bf16_ta_tb<QN>(dq, nmajor_desc<BR, BC>(sdSb, kc, dq_row0), nmajor_desc<D, BC>(sK, kc, dq_col0),
+                                    kc > 0);
     };
 
     // One query tile per iteration. No wgmma group stays in flight across the loop edge (ptxas
@@ -168,6 +187,14 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
         for (int kk = 0; kk < KD; ++kk)
             wgmma_ss_bf16<BR>(s, kmajor_desc<D, BC>(sK, wg * 64, kk), kmajor_desc<D, BR>(sQb, 0, kk), kk > 0);
         wgmma_commit();
+        if constexpr (DEFER_DQ) {
+            // reduce dQ of tile i - 1 while S^T is on the tensor cores, then issue dP^T (the dQ
+            // and dP^T accumulators are never live together: the register limit)
+            wgmma_wait<1>();
+            wgmma_acc_fence(dq);
+            if (i > i_start) reduce_dq(i - 1);
+            wgmma_fence();
+        }
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk)
             wgmma_ss_bf16<BR>(dp, kmajor_desc<D, BC>(sV, wg * 64, kk), kmajor_desc<D, BR>(sdOb, 0, kk), kk > 0);
@@ -178,14 +205,6 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
                                                  sDel + nb * BR * 4, qin, (i + 1) * BR, seq, tid);
         }
         cp_async_commit();
-        if constexpr (DEFER_DQ) {
-            wgmma_wait<2>();  // dQ of tile i - 1
-            wgmma_acc_fence(dq);
-            if (i > i_start) reduce_dq(i - 1);
-            // keep the reductions (and below, the exp2) before the next wait: ptxas hoists an
-            // operand-less wait as far as it can, but not above a shared-memory store
-            st_shared_b32(sScratch + tid * 4, __float_as_uint(dq[0]));
-        }
         wgmma_wait<1>();  // S^T
         wgmma_acc_fence(s);
 

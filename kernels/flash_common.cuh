@@ -23,6 +23,7 @@ extern __shared__ __align__(16) unsigned char flash_smem[];
 namespace flash {
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
@@ -55,6 +56,23 @@ __device__ __forceinline__ int kv_tile_count(int seq, int q0, int rows, int cols
 // The first query tile (of `rows` rows) that keys from k0 on meet: 0, or (causal) the tile of
 // query k0 (the queries before it see none of these keys).
 __device__ __forceinline__ int first_query_tile(int k0, int rows, int causal) { return causal ? k0 / rows : 0; }
+
+// This block's head and tile rank in a grid (BH, n_tiles) read as one line of blocks in launch
+// order, heads taken `group` at a time: a group's blocks are rank-major (rank 0, the most causal
+// work, of each of its heads first), so the blocks in flight work on a few heads and share their
+// rows in L2 instead of streaming every head's at once. Ranks past the tiles of `seq` come out
+// >= n_tiles of the grid only for the grid's extra blocks.
+struct GroupedTile {
+    int bh, rank;
+};
+__device__ __forceinline__ GroupedTile grouped_tile(int group) {
+    const int n_bh = (int)gridDim.x, n_t = (int)gridDim.y;
+    const int line = (int)blockIdx.y * n_bh + (int)blockIdx.x;
+    const int first = line / (group * n_t) * group;
+    const int heads = imin(group, n_bh - first);
+    const int r = line - first * n_t;
+    return {first + r % heads, r / heads};
+}
 
 // The first row of this block's head, bh = blockIdx.x, in the [BH * T] rows of a [BH, T] or
 // [BH, T, D] tensor: bh * seq (times D for the element offset).

@@ -13,7 +13,9 @@ Implementations:
 - torch_compiled: torch.compile of that same function (dynamic=False: one compile per shape; the
   first pass, which compiles forward and backward, is timed on its own and printed on stderr, never
   counted among the timed passes);
-- torch_sdpa: F.scaled_dot_product_attention(is_causal=...), whichever fused kernel PyTorch picks.
+- torch_sdpa: F.scaled_dot_product_attention(is_causal=...), whichever fused kernel PyTorch picks;
+  torch_sdpa_cudnn and torch_sdpa_flash: the same with the cuDNN or the FlashAttention-2 backend
+  forced (an error row where that backend refuses the shape).
 
 Per row, as `collect attention` does: dO made first, then Q, K, V ([batch, heads, seq, d],
 standard normal, requires_grad); warm-up passes (forward and backward); timed forward passes;
@@ -37,6 +39,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 
 MIN_PASSES = 5
 PRESETS = {
@@ -64,6 +67,17 @@ def sdpa(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def sdpa_with(backend):
+    """SDPA with one backend forced (torch.nn.attention.SDPBackend), for the backward too: the
+    autograd node keeps the kernel its forward ran."""
+    from torch.nn.attention import sdpa_kernel
+
+    def fn(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return fn
+
+
 def implementations():
     for name, value in [("cache_size_limit", 4096), ("recompile_limit", 4096),
                         ("accumulated_cache_size_limit", 65536),
@@ -74,6 +88,8 @@ def implementations():
         "torch_naive": naive_attention,
         "torch_compiled": torch.compile(naive_attention, dynamic=False),
         "torch_sdpa": sdpa,
+        "torch_sdpa_cudnn": sdpa_with(SDPBackend.CUDNN_ATTENTION),
+        "torch_sdpa_flash": sdpa_with(SDPBackend.FLASH_ATTENTION),
     }
 
 
@@ -216,7 +232,10 @@ def main():
     for precision in grid["precision"]:
         x = torch.randn((1, 1, 64, 64), device="cuda", dtype=DTYPES[precision], requires_grad=True)
         for impl in impls:
-            fns[impl](x, x, x, causal).sum().backward()
+            try:
+                fns[impl](x, x, x, causal).sum().backward()
+            except RuntimeError:  # a backend refusing the type: its rows say so
+                pass
         del x
     torch.cuda.synchronize()
     rows, start = [], time.perf_counter()
