@@ -419,7 +419,7 @@ impl Reader {
             o.types = o.types.map(id);
             o.concrete = o.concrete.map(id);
         }
-        trace.ops = self.ops;
+        trace.ops = self.ops.into();
         trace.strings = self.strings.into_strings();
         trace.kernels = self.kernels;
         trace.api_calls = self.api_calls;
