@@ -320,6 +320,73 @@ impl Reader {
         *self.synthetic_ids.entry(s.to_owned()).or_insert(next)
     }
 
+    /// Whether the events read gave a `pid` or `tid` a made-up id: those count from the ids
+    /// given before, so such events are read again by the reader of the events before them.
+    pub fn made_up_ids(&self) -> bool {
+        !self.synthetic_ids.is_empty()
+    }
+
+    /// Take in what `later` read from the events that follow this reader's, as though this
+    /// reader had read them: its names get the ids they would have had here (each text's first
+    /// sight, in order), and a thread or annotation it names again is its. `later` gave no
+    /// made-up ids ([`Reader::made_up_ids`]).
+    pub fn append(&mut self, later: Reader) {
+        debug_assert!(!later.made_up_ids());
+        let ids: Vec<StrId> = later
+            .strings
+            .values
+            .iter()
+            .map(|s| self.strings.intern(s))
+            .collect();
+        let id = |s: StrId| ids[s.0 as usize];
+        let op_ids: Vec<StrId> = later
+            .op_strings
+            .values
+            .iter()
+            .map(|s| self.op_strings.intern(s))
+            .collect();
+        let op_id = |s: StrId| op_ids[s.0 as usize];
+        for (name, short) in later.short_names {
+            self.short_names.entry(id(name)).or_insert(id(short));
+        }
+        self.kernels.extend(later.kernels.into_iter().map(|mut k| {
+            k.name = id(k.name);
+            k.short_name = id(k.short_name);
+            k
+        }));
+        self.api_calls
+            .extend(later.api_calls.into_iter().map(|mut c| {
+                c.name = id(c.name);
+                c
+            }));
+        self.ranges.extend(later.ranges.into_iter().map(|mut r| {
+            r.name = id(r.name);
+            r.domain = r.domain.map(id);
+            r
+        }));
+        self.gpu_ranges
+            .extend(later.gpu_ranges.into_iter().map(|mut g| {
+                g.range.name = id(g.range.name);
+                g.range.domain = g.range.domain.map(id);
+                g
+            }));
+        self.mem_ops.extend(later.mem_ops);
+        self.ops.extend(later.ops.into_iter().map(|mut o| {
+            o.name = op_id(o.name);
+            o.shapes = o.shapes.map(op_id);
+            o.types = o.types.map(op_id);
+            o.concrete = o.concrete.map(op_id);
+            o
+        }));
+        for (thread, name) in later.thread_names {
+            self.thread_names.insert(thread, id(name));
+        }
+        self.annotation_pids.extend(later.annotation_pids);
+        for cat in later.seen {
+            self.note(cat);
+        }
+    }
+
     /// The bytes the model read so far holds, about.
     pub fn held(&self) -> u64 {
         fn vec<T>(v: &Vec<T>) -> usize {
