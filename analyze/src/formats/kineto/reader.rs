@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use rayon::slice::ParallelSliceMut;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -504,26 +505,43 @@ impl Reader {
     }
 }
 
-/// Sort by start time, ties in file order, as [`Trace::sort`] does, with an index of 4 bytes per
-/// item instead of the scratch copy of half the items a stable sort makes (a fifth of the model
-/// for a large trace's operator calls).
-fn sort_by_start<T>(items: &mut [T], start: impl Fn(&T) -> Nanos) {
+/// Sort by start time, ties in file order, as [`Trace::sort`] does, with 8 bytes per item
+/// instead of the scratch copy of half the items a stable sort makes (a fifth of the model for a
+/// large trace's operator calls): each item's start (from the earliest) and position packed in
+/// one word, the words sorted side by side on the pool, then the items moved into place.
+fn sort_by_start<T: Send>(items: &mut [T], start: impl Fn(&T) -> Nanos + Sync) {
     if items.windows(2).all(|w| start(&w[0]) <= start(&w[1])) {
         return;
     }
-    let Ok(len) = u32::try_from(items.len()) else {
-        items.sort_by_key(start);
+    let (Some(first), Some(last)) = (
+        items.iter().map(&start).min(),
+        items.iter().map(&start).max(),
+    ) else {
         return;
     };
-    let mut order: Vec<u32> = (0..len).collect();
-    order.sort_unstable_by_key(|&i| (start(&items[i as usize]), i));
+    let span = last.0.abs_diff(first.0);
+    let bits = usize::BITS - items.len().leading_zeros();
+    if bits >= 64 || span >> (64 - bits) != 0 {
+        items.sort_by_key(start);
+        return;
+    }
+    let mut order: Vec<u64> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| start(item).0.abs_diff(first.0) << bits | i as u64)
+        .collect();
+    order.par_sort_unstable();
+    let mask = (1u64 << bits) - 1;
+    for o in &mut order {
+        *o &= mask;
+    }
     // Position p takes the item at order[p]: each cycle of the permutation is walked once,
     // its positions marked done (order[p] = p) as they are filled.
     for first in 0..items.len() {
         let mut at = first;
         while order[at] as usize != at {
             let from = order[at] as usize;
-            order[at] = at as u32;
+            order[at] = at as u64;
             if from == first {
                 break;
             }
