@@ -3,12 +3,13 @@
 //!
 //! A [`Cursor`] walks a window of the text. When the window ends before the value it is reading
 //! does, it stops with [`Stop::More`]: the caller keeps the bytes from the start of that value,
-//! reads more after them ([`Window`]) and scans the value again from its start, so a value is
-//! only ever seen whole. Every value is checked, skipped ones too: strings (escapes, control
-//! characters, UTF-8), numbers (the grammar, not the range) and literals. Nesting is walked, not
-//! recursed into: a bit per level (whether it is an array or an object), so a value nested a
-//! million levels deep costs no stack and 125 KB. What the values mean is the caller's business: strings come back as their
-//! raw bytes with a flag for escapes ([`Str`]), numbers and skipped values as their text.
+//! reads more after them ([`Window`], the next block read beside the scan by an [`Ahead`]) and
+//! scans the value again from its start, so a value is only ever seen whole. Every value is
+//! checked, skipped ones too: strings (escapes, control characters, UTF-8), numbers (the grammar,
+//! not the range) and literals. Nesting is walked, not recursed into: a bit per level (whether it
+//! is an array or an object), so a value nested a million levels deep costs no stack and 125 KB.
+//! What the values mean is the caller's business: strings come back as their raw bytes with a
+//! flag for escapes ([`Str`]), numbers and skipped values as their text.
 
 use std::borrow::Cow;
 
@@ -165,6 +166,11 @@ impl<'a> Cursor<'a> {
 
     pub fn set_pos(&mut self, pos: usize) {
         self.pos = pos;
+    }
+
+    /// Whether the window ends where the text does.
+    pub fn ends_text(&self) -> bool {
+        self.eof
     }
 
     /// The bytes from here to the end of the window.
@@ -505,27 +511,66 @@ impl Feed for &[u8] {
     }
 }
 
-/// The part of a text in memory: a buffer that holds from the start of the value being read to
-/// as far as has been read, growing only for a value longer than itself, up to a limit.
-pub struct Window<F> {
-    feed: F,
+/// The next block of a text, read from its feed while the window before it is scanned, into a
+/// buffer with room in front for the end of that window that was not consumed.
+pub struct Ahead {
+    buf: Vec<u8>,
+    gap: usize,
+    /// The bytes read (at `gap..gap + len`), once read; and whether the text ends there.
+    read: Option<(usize, bool)>,
+}
+
+impl Ahead {
+    /// Blocks of `size` bytes, with `gap` bytes before each for the end of the last.
+    pub fn new(size: usize, gap: usize) -> Ahead {
+        Ahead {
+            buf: vec![0; gap + size],
+            gap,
+            read: None,
+        }
+    }
+
+    /// Read the next block, unless it is read already: as full as the feed gives it, so that a
+    /// value is not scanned again too soon.
+    pub fn read<F: Feed>(&mut self, feed: &mut F) -> Result<()> {
+        if self.read.is_some_and(|(len, _)| len > 0) {
+            return Ok(());
+        }
+        let mut len = 0;
+        let mut eof = false;
+        while self.gap + len < self.buf.len() {
+            let n = feed.read(&mut self.buf[self.gap + len..])?;
+            if n == 0 {
+                eof = true;
+                break;
+            }
+            len += n;
+        }
+        self.read = Some((len, eof));
+        Ok(())
+    }
+}
+
+/// The part of a text in memory: from the first byte not yet consumed (the start of the value
+/// being read) to as far as has been read, taking one block at a time from an [`Ahead`], and
+/// holding a value longer than a block whole, up to a limit.
+pub struct Window {
     buf: Vec<u8>,
     /// The first byte not yet consumed, and the end of what was read.
     start: usize,
     end: usize,
     eof: bool,
-    /// Offset in the text of `buf[0]`.
+    /// Offset in the text of `buf[start]`.
     offset: u64,
-    /// The longest single value the window grows to hold.
+    /// The longest single value the window holds.
     max: usize,
 }
 
-impl<F: Feed> Window<F> {
-    /// A window of `size` bytes over `feed`, growing to `max` for one long value.
-    pub fn new(feed: F, size: usize, max: usize) -> Window<F> {
+impl Window {
+    /// An empty window, holding a value of up to `max` bytes.
+    pub fn new(max: usize) -> Window {
         Window {
-            feed,
-            buf: vec![0; size.min(max)],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             eof: false,
@@ -542,41 +587,49 @@ impl<F: Feed> Window<F> {
     /// Mark `n` bytes of [`Window::bytes`] as consumed.
     pub fn consume(&mut self, n: usize) {
         self.start += n;
+        self.offset += n as u64;
     }
 
     /// The offset in the text of the first unconsumed byte plus `at`.
     pub fn offset(&self, at: usize) -> u64 {
-        self.offset + (self.start + at) as u64
+        self.offset + at as u64
     }
 
-    /// Read more after what is buffered: `Ok(false)` when the value being read is longer than
-    /// the window may grow.
-    pub fn fill(&mut self) -> Result<bool> {
+    /// Append the block `ahead` read (reading it first if it has not) after the bytes not
+    /// consumed: `Ok(false)` when these are a value already as long as the window may hold.
+    /// The block's buffer becomes the window's where they fit in its gap, so the text is
+    /// copied only once, from the feed.
+    pub fn take<F: Feed>(&mut self, ahead: &mut Ahead, feed: &mut F) -> Result<bool> {
         if self.eof {
             return Ok(true);
         }
-        if self.start > 0 {
+        let kept = self.end - self.start;
+        if kept >= self.max {
+            return Ok(false);
+        }
+        ahead.read(feed)?;
+        let Some((len, eof)) = ahead.read.take() else {
+            return Ok(true);
+        };
+        if kept <= ahead.gap {
+            let at = ahead.gap - kept;
+            ahead.buf[at..ahead.gap].copy_from_slice(&self.buf[self.start..self.end]);
+            std::mem::swap(&mut self.buf, &mut ahead.buf);
+            self.start = at;
+            self.end = ahead.gap + len;
+            // The window's last buffer is the next block's, if it is as large.
+            if ahead.buf.len() != self.buf.len() {
+                ahead.buf = vec![0; self.buf.len()];
+            }
+        } else {
             self.buf.copy_within(self.start..self.end, 0);
-            self.offset += self.start as u64;
-            self.end -= self.start;
+            self.buf.truncate(kept);
+            self.buf
+                .extend_from_slice(&ahead.buf[ahead.gap..ahead.gap + len]);
             self.start = 0;
+            self.end = self.buf.len();
         }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= self.max {
-                return Ok(false);
-            }
-            let grown = (self.buf.len() * 2).min(self.max);
-            self.buf.resize(grown, 0);
-        }
-        // Fill the window: a short read would make the value be scanned again too soon.
-        while self.end < self.buf.len() {
-            let n = self.feed.read(&mut self.buf[self.end..])?;
-            if n == 0 {
-                self.eof = true;
-                break;
-            }
-            self.end += n;
-        }
+        self.eof = eof;
         Ok(true)
     }
 }
@@ -675,13 +728,32 @@ mod tests {
     }
 
     #[test]
-    fn a_window_grows_for_a_long_value_only() {
+    fn a_window_takes_blocks_and_holds_a_long_value_whole() {
         let text = format!("[\"{}\", 1]", "x".repeat(100));
-        let mut w = Window::new(text.as_bytes(), 16, 64);
-        assert!(w.fill().unwrap());
-        assert_eq!(w.bytes().0.len(), 16);
-        assert!(w.fill().unwrap() && w.fill().unwrap());
-        assert_eq!(w.bytes().0.len(), 64);
-        assert!(!w.fill().unwrap(), "past the limit");
+        let mut feed = text.as_bytes();
+        let mut ahead = Ahead::new(16, 4);
+        let mut w = Window::new(64);
+        assert!(w.take(&mut ahead, &mut feed).unwrap());
+        assert_eq!(w.bytes(), (&text.as_bytes()[..16], false));
+        w.consume(14);
+        assert!(w.take(&mut ahead, &mut feed).unwrap());
+        assert_eq!(
+            w.bytes().0,
+            &text.as_bytes()[14..32],
+            "two bytes kept in the gap"
+        );
+        assert_eq!(w.offset(0), 14);
+        for _ in 0..2 {
+            assert!(w.take(&mut ahead, &mut feed).unwrap());
+        }
+        assert_eq!(w.bytes().0, &text.as_bytes()[14..64], "longer than a block");
+        assert!(w.take(&mut ahead, &mut feed).unwrap());
+        assert!(!w.take(&mut ahead, &mut feed).unwrap(), "past the limit");
+        w.consume(60);
+        while !w.bytes().1 {
+            assert!(w.take(&mut ahead, &mut feed).unwrap());
+        }
+        assert_eq!(w.bytes().0, &text.as_bytes()[74..]);
+        assert_eq!(w.offset(0), 74);
     }
 }

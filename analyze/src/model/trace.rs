@@ -9,8 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::ops::{Add, AddAssign, Sub};
+use std::ops::{Add, AddAssign, Deref, DerefMut, Sub};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -425,6 +426,68 @@ pub struct OpCall {
     pub flops: Option<u64>,
 }
 
+/// A trace's operator calls, shared: a loaded trace hands them to an analysis's small tables
+/// ([`crate::source::TraceSource::small_tables`]) without a copy, which for a long Kineto trace
+/// would be as large as the rest of its model. Read as a `Vec`; a change copies them first while
+/// they are shared, and [`OpCalls::retain`] copies only the calls it keeps.
+#[derive(Clone, Debug, Default)]
+pub struct OpCalls(Arc<Vec<OpCall>>);
+
+impl OpCalls {
+    /// Keep the calls `keep` says to keep, each asked once: nothing is copied when it keeps
+    /// them all, and only those kept when the calls are shared.
+    pub fn retain(&mut self, mut keep: impl FnMut(&OpCall) -> bool) {
+        let Some(first) = self.0.iter().position(|o| !keep(o)) else {
+            return;
+        };
+        let mut i = 0;
+        let mut kept = |o: &OpCall| {
+            let k = i < first || (i > first && keep(o));
+            i += 1;
+            k
+        };
+        match Arc::get_mut(&mut self.0) {
+            Some(calls) => calls.retain(kept),
+            None => self.0 = Arc::new(self.0.iter().filter(|o| kept(o)).cloned().collect()),
+        }
+    }
+}
+
+impl From<Vec<OpCall>> for OpCalls {
+    fn from(calls: Vec<OpCall>) -> OpCalls {
+        OpCalls(Arc::new(calls))
+    }
+}
+
+impl Deref for OpCalls {
+    type Target = Vec<OpCall>;
+    fn deref(&self) -> &Vec<OpCall> {
+        &self.0
+    }
+}
+
+impl DerefMut for OpCalls {
+    fn deref_mut(&mut self) -> &mut Vec<OpCall> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<'a> IntoIterator for &'a OpCalls {
+    type Item = &'a OpCall;
+    type IntoIter = std::slice::Iter<'a, OpCall>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut OpCalls {
+    type Item = &'a mut OpCall;
+    type IntoIter = std::slice::IterMut<'a, OpCall>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter_mut()
+    }
+}
+
 /// A GPU the trace ran on.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Gpu {
@@ -454,7 +517,7 @@ pub struct Trace {
     /// Sorted by start time.
     pub mem_ops: Vec<MemOp>,
     /// CPU operator calls (Kineto's `cpu_op`), sorted by start time; empty for other formats.
-    pub ops: Vec<OpCall>,
+    pub ops: OpCalls,
     /// Graph executions traced as a whole, sorted by start time; empty when the trace has no
     /// graphs or traced their kernels one by one.
     pub graph_execs: Vec<GraphExec>,
@@ -474,7 +537,7 @@ impl Trace {
             open_ranges: Vec::new(),
             marks: Vec::new(),
             mem_ops: Vec::new(),
-            ops: Vec::new(),
+            ops: OpCalls::default(),
             graph_execs: Vec::new(),
             gpus: Vec::new(),
             thread_names: HashMap::new(),
@@ -518,7 +581,9 @@ impl Trace {
         self.open_ranges.sort_by_key(|r| r.start);
         self.marks.sort_by_key(|m| m.time);
         self.mem_ops.sort_by_key(|m| m.span.start);
-        self.ops.sort_by_key(|o| o.start);
+        if !self.ops.is_sorted_by_key(|o| o.start) {
+            self.ops.sort_by_key(|o| o.start);
+        }
         self.graph_execs.sort_by_key(|g| g.span.start);
     }
 }

@@ -126,8 +126,13 @@ impl TraceSource for LoadedSource<'_> {
             } else {
                 Vec::new()
             },
-            // Operator calls, like ranges, are host activity that attribution reads.
-            ops: if nvtx { t.ops.clone() } else { Vec::new() },
+            // Operator calls, like ranges, are host activity that attribution reads; shared,
+            // not copied.
+            ops: if nvtx {
+                t.ops.clone()
+            } else {
+                Default::default()
+            },
             graph_execs: t.graph_execs.clone(),
             gpus: t.gpus.clone(),
             thread_names: t.thread_names.clone(),

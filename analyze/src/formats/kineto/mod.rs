@@ -21,18 +21,20 @@
 //! short name is derived from that by nsys's rule ([`super::nsys_sqlite::short_name`]). Kineto
 //! records only the sum of static and dynamic shared memory; it is stored as static shared memory.
 //!
-//! Reading: the text is read a window at a time ([`crate::formats::json_scan`]), through the gzip
-//! decoder when compressed, and never held whole: each event is read from the window into the
-//! fields the model keeps (`event.rs`) and handed to the reader (`reader.rs`), which builds the
-//! model as they come. Memory is the model plus a window of 4 MiB (more only for one longer
-//! event, up to 64 MiB); the trace is refused once its model would not fit in the memory allowed
-//! ([`Limits`]). The whole text is checked as JSON, nesting of any depth is walked without
+//! Reading: the text is read in blocks of 8 MiB ([`crate::formats::json_scan`]), through the gzip
+//! decoder when compressed, the next block read while one is scanned, and never held whole: each
+//! event is read from the block into the fields the model keeps (`event.rs`) and handed to a
+//! reader (`reader.rs`), which builds the model as they come; a block's events are read in pieces
+//! side by side, a reader each, taken in order into the trace's (`pieces.rs`). Memory is the model
+//! plus two blocks (more only for one event longer than the gap before a block, up to 64 MiB);
+//! the trace is refused once its model would not fit in the memory allowed ([`Limits`]). The whole text is checked as JSON, nesting of any depth is walked without
 //! recursion, and anything malformed is one error naming the file. What a field means (which
 //! values count, which make the trace malformed) is what it meant to serde_json, which read these
 //! traces before: `event.rs` says where.
 
 mod event;
 pub mod head;
+mod pieces;
 mod reader;
 
 use std::collections::BTreeMap;
@@ -42,12 +44,12 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::formats::gzip::{self, InflatedStream};
-use crate::formats::json_scan::{Cursor, Feed, Scan, Stop, Window};
+use crate::formats::json_scan::{Ahead, Cursor, Feed, Scan, Stop, Window};
 use crate::formats::limits::Limits;
 use crate::model::trace::Trace;
 use crate::progress;
 use crate::render::cells::format_bytes;
-use event::event;
+use pieces::Events;
 use reader::Reader;
 
 /// Domain given to `gpu_user_annotation` ranges, so they are told apart from the CPU ranges of
@@ -63,13 +65,12 @@ const ANALYSED_CATEGORIES: &[&str] = &[
     "user_annotation",
 ];
 
-/// The window the text is read through, and the most it grows to hold one event (or one
-/// top-level value): the memory a trace costs beyond its model.
-const WINDOW: usize = 4 << 20;
+/// The blocks the text is read in (two held: one read while the other is scanned), the room
+/// before a block for the end of the last one (the event it cut), and the most the window grows
+/// to hold one event (or one top-level value): the memory a trace costs beyond its model.
+const BLOCK: usize = 8 << 20;
+const GAP: usize = 256 << 10;
 const MAX_VALUE: usize = 64 << 20;
-
-/// Events read between two looks at the memory the model holds.
-const CHECK_EVERY: u64 = 1 << 16;
 
 /// The memory an analysis of a loaded trace takes, as a multiple of what its model holds.
 const ANALYSIS_FACTOR: u64 = 2;
@@ -150,42 +151,52 @@ impl Feed for InflatedStream {
 }
 
 /// Read a trace from `feed`, refused once its model passes `budget` (bytes, and where that figure
-/// comes from).
-fn read<F: Feed>(path: &Path, feed: F, budget: Option<(u64, &'static str)>) -> Result<Trace> {
+/// comes from). Each block is scanned while the next is read.
+fn read<F: Feed + Send>(
+    path: &Path,
+    mut feed: F,
+    budget: Option<(u64, &'static str)>,
+) -> Result<Trace> {
     let malformed = |message: String| Error::Malformed {
         path: path.to_owned(),
         message,
     };
-    let mut window = Window::new(feed, WINDOW, MAX_VALUE);
+    let mut ahead = Ahead::new(BLOCK, GAP);
+    let mut window = Window::new(MAX_VALUE);
+    window.take(&mut ahead, &mut feed)?;
     let mut doc = Document::default();
     let mut reader = Reader::default();
     loop {
         let (bytes, eof) = window.bytes();
         let mut cursor = Cursor::new(bytes, eof);
         let mut done = 0;
-        let walked = doc.walk(&mut cursor, &mut reader, &mut done);
+        let (walked, read_ahead) = rayon::join(
+            || doc.walk(&mut cursor, &mut reader, &mut done),
+            || match eof {
+                true => Ok(()),
+                false => ahead.read(&mut feed),
+            },
+        );
         if let Err(Stop::Bad { at, what }) = walked {
             let at = window.offset(at);
             return Err(malformed(format!(
                 "not a valid Kineto trace: {what} (byte {at})"
             )));
         }
+        read_ahead?;
         window.consume(done);
-        match walked {
-            Ok(true) => break,
-            Ok(false) => check_memory(path, &reader, budget, window.offset(0))?,
-            Err(_) => {
-                if !window.fill()? {
-                    let at = window.offset(0);
-                    return Err(malformed(format!(
-                        "not a valid Kineto trace: an event or value longer than {} (byte {at})",
-                        format_bytes(MAX_VALUE as u64)
-                    )));
-                }
-            }
+        check_memory(path, &reader, budget, window.offset(0))?;
+        if walked.is_ok() {
+            break;
+        }
+        if !window.take(&mut ahead, &mut feed)? {
+            let at = window.offset(0);
+            return Err(malformed(format!(
+                "not a valid Kineto trace: an event or value longer than {} (byte {at})",
+                format_bytes(MAX_VALUE as u64)
+            )));
         }
     }
-    check_memory(path, &reader, budget, window.offset(0))?;
     if !doc.has_events {
         return Err(malformed(
             "JSON without a `traceEvents` array: not a Kineto/Chrome trace".into(),
@@ -246,14 +257,12 @@ struct Document {
     /// The top-level keys but `traceEvents`, with their values' text.
     top: BTreeMap<String, String>,
     has_events: bool,
-    events: u64,
 }
 
 impl Document {
-    /// Walk the window: `Ok(true)` at the end of the text, `Ok(false)` after [`CHECK_EVERY`]
-    /// events, or where it stopped. `done` is set to the end of the last value walked, from
-    /// which the walk goes on.
-    fn walk(&mut self, c: &mut Cursor<'_>, reader: &mut Reader, done: &mut usize) -> Scan<bool> {
+    /// Walk the window: `Ok` at the end of the text, or where it stopped. `done` is set to the
+    /// end of the last value walked, from which the walk goes on.
+    fn walk(&mut self, c: &mut Cursor<'_>, reader: &mut Reader, done: &mut usize) -> Scan<()> {
         loop {
             match self.part {
                 Part::Start => {
@@ -305,25 +314,30 @@ impl Document {
                     }
                 }
                 Part::Events { first, in_object } => {
-                    let mut first = first;
-                    loop {
-                        let more = c.more(first, b']')?;
-                        if !more {
+                    let base = c.pos();
+                    let (events, first) =
+                        pieces::read_events(c.rest(), c.ends_text(), first, reader).map_err(
+                            |stop| match stop {
+                                Stop::Bad { at, what } => Stop::Bad {
+                                    at: base + at,
+                                    what,
+                                },
+                                more => more,
+                            },
+                        )?;
+                    match events {
+                        Events::More { end } => {
+                            *done = base + end;
+                            self.part = Part::Events { first, in_object };
+                            return Err(Stop::More);
+                        }
+                        Events::Closed { end } => {
+                            c.set_pos(base + end);
                             self.part = if in_object {
                                 Part::Members { first: false }
                             } else {
                                 Part::End
                             };
-                            break;
-                        }
-                        let e = event(c)?;
-                        reader.event(&e);
-                        *done = c.pos();
-                        first = false;
-                        self.part = Part::Events { first, in_object };
-                        self.events += 1;
-                        if self.events.is_multiple_of(CHECK_EVERY) {
-                            return Ok(false);
                         }
                     }
                 }
@@ -332,7 +346,7 @@ impl Document {
                         return c.bad("text after the end of the JSON value");
                     }
                     *done = c.pos();
-                    return Ok(true);
+                    return Ok(());
                 }
             }
             *done = c.pos();

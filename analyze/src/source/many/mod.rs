@@ -264,7 +264,7 @@ fn shell(trace: &Trace) -> Trace {
         open_ranges: Vec::new(),
         marks: Vec::new(),
         mem_ops: Vec::new(),
-        ops: Vec::new(),
+        ops: Default::default(),
         graph_execs: Vec::new(),
         gpus: Vec::new(),
         thread_names: HashMap::new(),
