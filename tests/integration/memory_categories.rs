@@ -40,7 +40,7 @@ fn window_after_backward(mut snap: Snapshot) -> Snapshot {
         .iter()
         .position(|e| phases[e.stack.0 as usize] == Some(Phase::Optimizer))
         .expect("the step has an optimizer");
-    snap.traces[0].drain(..first);
+    snap.traces[0] = snap.traces[0].iter().skip(first).collect();
     snap
 }
 
@@ -75,8 +75,8 @@ fn categories_at_peak(path: &Path) -> BTreeMap<String, (u64, u64)> {
 fn counts(snap: &Snapshot) -> BTreeMap<String, usize> {
     let tl = replay(snap, 0);
     let mut out = BTreeMap::new();
-    for c in categorize(snap, &tl, &Rules::builtin()) {
-        *out.entry(c).or_default() += 1;
+    for c in categorize(snap, &tl, &Rules::builtin()).iter() {
+        *out.entry(c.to_owned()).or_default() += 1;
     }
     out
 }
@@ -116,14 +116,14 @@ fn autocast_weight_copies_are_found_without_cpp_frames() {
     let param_sizes: Vec<u64> = tl
         .allocations
         .iter()
-        .zip(&cats)
+        .zip(cats.iter())
         .filter(|(_, c)| *c == PARAMETERS)
         .map(|(a, _)| a.requested)
         .collect();
     let weight_copies = tl
         .allocations
         .iter()
-        .zip(&cats)
+        .zip(cats.iter())
         .filter(|(a, c)| *c == AUTOCAST && param_sizes.contains(&(a.requested * 2)))
         .count();
     assert_eq!(

@@ -15,7 +15,7 @@ use analyze::formats;
 use analyze::memory::categories::Rules;
 use analyze::memory::modules::{BEFORE_RECORDING, NO_MODULE_FRAME, NO_STACK};
 use analyze::memory::summary::{analyze, MemoryOptions, MemoryReport};
-use analyze::model::snapshot::{Action, Snapshot, StackId};
+use analyze::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 
 fn report_of(snap: &Snapshot, label: &str) -> MemoryReport {
     let opts = MemoryOptions {
@@ -338,8 +338,14 @@ fn snapshots_with_less_in_their_stacks_still_add_up() {
 
     // No stacks at all: every block is in a fixed row, and they still add up.
     let mut bare = snap.clone();
-    for e in bare.traces.iter_mut().flatten() {
-        e.stack = StackId::EMPTY;
+    for t in &mut bare.traces {
+        *t = t
+            .iter()
+            .map(|e| TraceEntry {
+                stack: StackId::EMPTY,
+                ..e
+            })
+            .collect();
     }
     for b in bare.segments.iter_mut().flat_map(|s| &mut s.blocks) {
         b.stack = StackId::EMPTY;

@@ -41,11 +41,11 @@ pub fn sites_at_peak(snap: &Snapshot, analysis: &Analysis) -> Vec<Site> {
         .timeline
         .allocations
         .iter()
-        .zip(&analysis.categories)
+        .zip(analysis.categories.iter())
         .filter(|(a, _)| a.live_after(peak))
     {
         let frame = top_frame(&snap.frames, a.stack, a.before_recording());
-        let h = sums.entry((category.clone(), frame)).or_default();
+        let h = sums.entry((category.to_owned(), frame)).or_default();
         h.bytes = h.bytes.saturating_add(a.size);
         h.count += 1;
     }

@@ -32,13 +32,13 @@ pub fn copies_by_size(
     c: &Categorizer<'_>,
     spans: &[PhaseSpan],
     timeline: &Timeline,
-    out: &mut [String],
+    out: &mut [&str],
 ) {
     let allocs = &timeline.allocations;
     // Parameters by requested size.
     let mut params: HashMap<u64, usize> = HashMap::new();
     for (a, cat) in allocs.iter().zip(out.iter()) {
-        if cat == PARAMETERS {
+        if *cat == PARAMETERS {
             *params.entry(a.requested).or_default() += 1;
         }
     }
@@ -53,19 +53,20 @@ pub fn copies_by_size(
     };
     // The allocations made in the window, in trace order; the last of each run of one stack is
     // a call's output.
-    let mut made: Vec<(usize, usize)> = allocs
+    let mut made: Vec<(u32, u32)> = allocs
         .iter()
         .enumerate()
-        .filter_map(|(i, a)| a.alloc_entry.map(|e| (e, i)))
+        .filter_map(|(i, a)| a.alloc_entry().map(|e| (e as u32, i as u32)))
         .collect();
     made.sort_unstable();
     let mut candidates: HashMap<u64, Vec<usize>> = HashMap::new();
     for (k, &(entry, i)) in made.iter().enumerate() {
+        let (entry, i) = (entry as usize, i as usize);
         let a = &allocs[i];
         let last_of_run = made
             .get(k + 1)
-            .is_none_or(|&(_, j)| !c.same_frames(allocs[j].stack, a.stack));
-        let activation = out[i] == ACTIVATIONS_OTHER || ACTIVATION_KINDS.contains(&out[i].as_str());
+            .is_none_or(|&(_, j)| !c.same_frames(allocs[j as usize].stack, a.stack));
+        let activation = out[i] == ACTIVATIONS_OTHER || ACTIVATION_KINDS.contains(&out[i]);
         if last_of_run
             || !activation
             || a.requested < MIN_COPY
@@ -88,7 +89,7 @@ pub fn copies_by_size(
     for (size, v) in candidates {
         if v.len() <= cap(size) {
             for i in v {
-                out[i] = AUTOCAST.to_owned();
+                out[i] = AUTOCAST;
             }
         }
     }

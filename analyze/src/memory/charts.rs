@@ -14,8 +14,8 @@ use super::phases::Phase;
 use super::summary::{category_order, Analysis, MemoryReport};
 use crate::error::Result;
 use crate::render::plot::{
-    file_stem, longest_label, write_chart_files, Band, Bar, Frame, HLine, ImageFormat, Marker,
-    Series, StackedBars, TimelineChart, PALETTE,
+    file_stem, longest_label, write_chart_files, Band, Bar, Decimator, Frame, HLine, ImageFormat,
+    Marker, Series, StackedBars, TimelineChart, PALETTE,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -64,57 +64,29 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
     let r = &a.report;
     let tl = &a.timeline;
     let t0 = tl.first_time_us();
-    let has_time = t0.is_some() && tl.points.iter().all(|p| p.time_us.is_some());
-    let x_of = |entry: usize| -> f64 {
+    let n = tl.trace.len();
+    let has_time = t0.is_some() && (0..n).all(|i| tl.time_us(i).is_some());
+    let x_at = |entry: usize, time_us: Option<i64>| -> f64 {
         match (has_time, t0) {
-            (true, Some(t0)) => tl.points[entry]
-                .time_us
-                .map_or(0.0, |t| (t as f64 - t0 as f64) / 1000.0),
+            (true, Some(t0)) => time_us.map_or(0.0, |t| (t as f64 - t0 as f64) / 1000.0),
             _ => entry as f64,
         }
     };
-    let max_bytes = tl
-        .points
-        .iter()
-        .map(|p| p.reserved.max(p.allocated))
-        .max()
-        .unwrap_or(r.end_reserved_bytes)
-        .max(tl.start_reserved);
+    let x_of = |entry: usize| x_at(entry, tl.time_us(entry));
+    // The most of either line: the higher of the two peaks.
+    let max_bytes = match (tl.peak_allocated(), tl.peak_reserved()) {
+        (Some(a), Some(r)) => a.allocated.max(r.reserved),
+        _ => r.end_reserved_bytes,
+    }
+    .max(tl.start_reserved);
     let (div, unit_name) = unit(max_bytes);
     let y = |b: u64| b as f64 / div;
 
-    let mut allocated: Vec<(f64, f64)> = Vec::with_capacity(tl.points.len() + 1);
-    let mut reserved: Vec<(f64, f64)> = Vec::with_capacity(tl.points.len() + 1);
-    if let Some(first) = tl.points.first() {
-        allocated.push((x_of(first.entry), y(tl.start_allocated)));
-        reserved.push((x_of(first.entry), y(tl.start_reserved)));
-    }
-    for p in &tl.points {
-        let x = x_of(p.entry);
-        // Steps: the value holds until the next event.
-        if let Some(&(_, prev)) = allocated.last() {
-            allocated.push((x, prev));
-        }
-        allocated.push((x, y(p.allocated)));
-        if let Some(&(_, prev)) = reserved.last() {
-            reserved.push((x, prev));
-        }
-        reserved.push((x, y(p.reserved)));
-    }
-    if tl.points.is_empty() {
-        // No trace: a flat line at the end state.
-        allocated = vec![
-            (0.0, y(r.end_allocated_bytes)),
-            (1.0, y(r.end_allocated_bytes)),
-        ];
-        reserved = vec![
-            (0.0, y(r.end_reserved_bytes)),
-            (1.0, y(r.end_reserved_bytes)),
-        ];
-    }
     // A phase with no allocator event (a fused optimizer step) is shaded where its annotations
     // put it, and the lines are held to its end.
     let mut extra_bands = Vec::new();
+    let mut held_to: Vec<f64> = Vec::new();
+    let mut last_x = if n > 0 { x_of(n - 1) } else { 1.0 };
     if let (true, Some(t0)) = (has_time, t0) {
         for p in &a.annotated_phases {
             if a.spans.iter().any(|s| s.phase == p.phase) {
@@ -127,12 +99,9 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
             if start < 0.0 {
                 continue;
             }
-            for line in [&mut allocated, &mut reserved] {
-                if let Some(&(x, v)) = line.last() {
-                    if end > x {
-                        line.push((end, v));
-                    }
-                }
+            if end > last_x {
+                held_to.push(end);
+                last_x = end;
             }
             extra_bands.push(Band {
                 start,
@@ -142,15 +111,47 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
             });
         }
     }
-    let allocated = crate::render::plot::decimate_minmax(&allocated, 1500);
-    let reserved = crate::render::plot::decimate_minmax(&reserved, 1500);
+
+    // Both lines step (the value holds until the next event), decimated as the points come.
+    let len = if n > 0 { 1 + 2 * n } else { 2 } + held_to.len();
+    let first_x = if n > 0 { x_of(0) } else { 0.0 };
+    let mut allocated = Decimator::new(first_x, last_x, len, 1500);
+    let mut reserved = Decimator::new(first_x, last_x, len, 1500);
+    let (mut last_allocated, mut last_reserved);
+    if n > 0 {
+        (last_allocated, last_reserved) = (y(tl.start_allocated), y(tl.start_reserved));
+        allocated.push((first_x, last_allocated));
+        reserved.push((first_x, last_reserved));
+        for p in tl.points() {
+            let x = x_at(p.entry, p.time_us);
+            allocated.push((x, last_allocated));
+            last_allocated = y(p.allocated);
+            allocated.push((x, last_allocated));
+            reserved.push((x, last_reserved));
+            last_reserved = y(p.reserved);
+            reserved.push((x, last_reserved));
+        }
+    } else {
+        // No trace: a flat line at the end state.
+        (last_allocated, last_reserved) = (y(r.end_allocated_bytes), y(r.end_reserved_bytes));
+        allocated.push((0.0, last_allocated));
+        allocated.push((1.0, last_allocated));
+        reserved.push((0.0, last_reserved));
+        reserved.push((1.0, last_reserved));
+    }
+    for &end in &held_to {
+        allocated.push((end, last_allocated));
+        reserved.push((end, last_reserved));
+    }
+    let allocated = allocated.finish();
+    let reserved = reserved.finish();
 
     let mut bands: Vec<Band> = a
         .spans
         .iter()
         .map(|s| {
             // A band reaches to where the next one begins, so phases tile the axis.
-            let end_entry = (s.last_entry + 1).min(tl.points.len().saturating_sub(1));
+            let end_entry = (s.last_entry + 1).min(n.saturating_sub(1));
             let mut end = x_of(end_entry);
             // One phase of one step annotated: its band lasts until its END mark (the last
             // allocation of a backward comes well before its GPU work has finished).
@@ -185,7 +186,7 @@ pub fn timeline_chart(a: &Analysis) -> TimelineChart {
             }
         ),
     });
-    let hlines = if r.start_allocated_bytes > 0 && !tl.points.is_empty() {
+    let hlines = if r.start_allocated_bytes > 0 && n > 0 {
         vec![HLine {
             y: y(r.start_allocated_bytes),
             label: format!(

@@ -38,28 +38,71 @@ use super::phases::{spans, Phase, PhaseSpan};
 use super::timeline::{round_size, Timeline};
 use crate::model::snapshot::{Snapshot, StackId};
 
+/// The category of every allocation of a timeline, in its order: each name stored once, each
+/// allocation its name's number.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Categories {
+    names: Vec<String>,
+    of: Vec<u32>,
+}
+
+impl Categories {
+    /// The categories named in order.
+    pub fn new(names: &[&str]) -> Categories {
+        let mut c = Categories::default();
+        let mut ids: HashMap<&str, u32> = HashMap::new();
+        c.of.reserve_exact(names.len());
+        for &name in names {
+            let id = *ids.entry(name).or_insert_with(|| {
+                c.names.push(name.to_owned());
+                (c.names.len() - 1) as u32
+            });
+            c.of.push(id);
+        }
+        c
+    }
+
+    pub fn len(&self) -> usize {
+        self.of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.of.is_empty()
+    }
+
+    /// The category of allocation `i`.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.of.get(i).map(|&id| self.names[id as usize].as_str())
+    }
+
+    /// The categories in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        self.of.iter().map(|&id| self.names[id as usize].as_str())
+    }
+}
+
 /// The category of every allocation of `timeline` (same order as `timeline.allocations`).
-pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Vec<String> {
+pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Categories {
     let mut c = Categorizer::new(&snap.frames, rules);
     let allocs = &timeline.allocations;
-    let mut out: Vec<String> = allocs
+    let mut out: Vec<&str> = allocs
         .iter()
         .map(|a| {
             if a.stack == StackId::EMPTY {
                 return if a.before_recording() {
-                    BEFORE_RECORDING.to_owned()
+                    BEFORE_RECORDING
                 } else {
-                    OTHER.to_owned()
+                    OTHER
                 };
             }
             match c.rule_for(a.stack) {
-                Some(r) => c.category_name(r).to_owned(),
-                None => OTHER.to_owned(),
+                Some(r) => c.category_name(r),
+                None => OTHER,
             }
         })
         .collect();
 
-    let spans = spans(snap.trace(timeline.device), c.stack_phases());
+    let spans = spans(&timeline.trace, c.stack_phases());
     gradients_by_lifetime(&spans, timeline, &mut out);
     gradients_without_their_node(snap, &c, &spans, timeline, &mut out);
     optimizer_state_by_lifetime(&spans, timeline, &mut out);
@@ -67,7 +110,7 @@ pub fn categorize(snap: &Snapshot, timeline: &Timeline, rules: &Rules) -> Vec<St
     autocast::copies_by_size(&c, &spans, timeline, &mut out);
     same_line_inference(&c, timeline, &mut out);
     logits_by_size(&c, timeline, &mut out);
-    out
+    Categories::new(&out)
 }
 
 /// The last entry of the window's backward passes, and whether entry `e` lies after it or in
@@ -102,32 +145,32 @@ impl AfterBackward<'_> {
 /// hands a node's output buffer to `AccumulateGrad` as the gradient itself (no allocation under
 /// `AccumulateGrad`), and only the lifetime tells it from an activation gradient, which is freed
 /// within the backward pass.
-fn gradients_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
+fn gradients_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [&str]) {
     let after = AfterBackward::new(spans);
     if after.last_backward.is_none() {
         return;
     }
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        if cat == BACKWARD
+        if *cat == BACKWARD
             && !a.before_recording()
-            && match a.free_entry {
+            && match a.free_entry() {
                 None => true,
                 Some(f) => after.contains(f),
             }
         {
-            *cat = GRADIENTS.to_owned();
+            *cat = GRADIENTS;
         }
     }
 }
 
 /// Rounded sizes of the allocations that may be parameters, with their counts: those made
 /// before recording and never freed in the window that no rule placed elsewhere.
-fn parameter_sizes(snap: &Snapshot, timeline: &Timeline, out: &[String]) -> HashMap<u64, usize> {
+fn parameter_sizes(snap: &Snapshot, timeline: &Timeline, out: &[&str]) -> HashMap<u64, usize> {
     let mut sizes: HashMap<u64, usize> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out) {
         if a.before_recording()
-            && a.free_entry.is_none()
-            && (cat == BEFORE_RECORDING || cat == PARAMETERS)
+            && a.free_entry().is_none()
+            && (*cat == BEFORE_RECORDING || *cat == PARAMETERS)
         {
             *sizes
                 .entry(round_size(a.requested, &snap.settings))
@@ -154,7 +197,7 @@ fn gradients_without_their_node(
     c: &Categorizer<'_>,
     spans: &[PhaseSpan],
     timeline: &Timeline,
-    out: &mut [String],
+    out: &mut [&str],
 ) {
     let after = AfterBackward::new(spans);
     // The backward pass the window starts in, if it starts in one: its last entry.
@@ -174,24 +217,24 @@ fn gradients_without_their_node(
         let autograd_thread = python_only
             && a.stack == StackId::EMPTY
             && out[i] == OTHER
-            && a.alloc_entry.is_some_and(in_backward);
+            && a.alloc_entry().is_some_and(in_backward);
         let candidate = if a.before_recording() {
             out[i] == BACKWARD
-                && match (a.free_entry, first_backward_end) {
+                && match (a.free_entry(), first_backward_end) {
                     (Some(f), Some(end)) => f > end,
                     _ => true,
                 }
         } else {
-            autograd_thread && a.free_entry.is_none_or(|f| after.contains(f))
+            autograd_thread && a.free_entry().is_none_or(|f| after.contains(f))
         };
         let key = round_size(a.requested, &snap.settings);
         match room.get_mut(&key).filter(|n| **n > 0 && candidate) {
             Some(n) => {
                 *n -= 1;
-                out[i] = GRADIENTS.to_owned();
+                out[i] = GRADIENTS;
             }
             // The rest of the autograd thread's work: activation gradients and temporaries.
-            None if autograd_thread => out[i] = BACKWARD.to_owned(),
+            None if autograd_thread => out[i] = BACKWARD,
             None => {}
         }
     }
@@ -200,31 +243,33 @@ fn gradients_without_their_node(
 /// Optimizer allocations that outlive their step are its state: optimizers written
 /// out-of-place (`m = beta1 * m + (1 - beta1) * g`, common in hand-written AdamW) replace their
 /// state tensors every step, so the state is allocated by ordinary arithmetic, not `zeros_like`.
-fn optimizer_state_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
+fn optimizer_state_by_lifetime(spans: &[PhaseSpan], timeline: &Timeline, out: &mut [&str]) {
     let span_of = |e: usize| {
         spans
             .iter()
             .position(|s| s.first_entry <= e && e <= s.last_entry)
     };
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        let Some(alloc) = a.alloc_entry else { continue };
-        if cat == OPTIMIZER_TEMP
-            && match a.free_entry {
+        let Some(alloc) = a.alloc_entry() else {
+            continue;
+        };
+        if *cat == OPTIMIZER_TEMP
+            && match a.free_entry() {
                 None => true,
                 Some(f) => span_of(f) != span_of(alloc),
             }
         {
-            *cat = OPTIMIZER_STATE.to_owned();
+            *cat = OPTIMIZER_STATE;
         }
     }
 }
 
 /// Unrecognised forward activations take the kind recognised allocations of the same user line
 /// have, when it is a single kind.
-fn same_line_inference(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) {
+fn same_line_inference(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [&str]) {
     let mut seeds: HashMap<u32, HashSet<&'static str>> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
-        let Some(kind) = ACTIVATION_KINDS.iter().find(|k| **k == cat.as_str()) else {
+        let Some(kind) = ACTIVATION_KINDS.iter().find(|k| **k == *cat) else {
             continue;
         };
         if let Some(f) = c.user_frames(a.stack).next() {
@@ -232,14 +277,14 @@ fn same_line_inference(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [Stri
         }
     }
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        if cat != ACTIVATIONS_OTHER {
+        if *cat != ACTIVATIONS_OTHER {
             continue;
         }
         for f in c.user_frames(a.stack) {
             if let Some(kinds) = seeds.get(&f) {
                 if kinds.len() == 1 {
                     if let Some(k) = kinds.iter().next() {
-                        *cat = (*k).to_owned();
+                        *cat = *k;
                     }
                 }
                 break;
@@ -249,12 +294,12 @@ fn same_line_inference(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [Stri
 }
 
 /// Forward activations the size of the logits (as `log_softmax` sees them) are the logits.
-fn logits_by_size(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) {
+fn logits_by_size(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [&str]) {
     let sizes: HashSet<u64> = timeline
         .allocations
         .iter()
         .zip(out.iter())
-        .filter(|(a, cat)| *cat == LOGITS && c.ops(a.stack).any(|o| o == "_log_softmax"))
+        .filter(|(a, cat)| **cat == LOGITS && c.ops(a.stack).any(|o| o == "_log_softmax"))
         .map(|(a, _)| a.requested)
         .filter(|&s| s >= 1 << 16)
         .collect();
@@ -262,10 +307,10 @@ fn logits_by_size(c: &Categorizer<'_>, timeline: &Timeline, out: &mut [String]) 
         return;
     }
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        if cat == ACTIVATIONS_OTHER
+        if *cat == ACTIVATIONS_OTHER
             && (sizes.contains(&a.requested) || sizes.contains(&a.requested.saturating_mul(2)))
         {
-            *cat = LOGITS.to_owned();
+            *cat = LOGITS;
         }
     }
 }
@@ -277,19 +322,19 @@ fn before_recording_inference(
     c: &Categorizer<'_>,
     spans: &[PhaseSpan],
     timeline: &Timeline,
-    out: &mut [String],
+    out: &mut [&str],
 ) {
     let rounded = |n: u64| round_size(n, &snap.settings);
     let mut grads: HashMap<u64, usize> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
-        if cat == GRADIENTS {
+        if *cat == GRADIENTS {
             *grads.entry(rounded(a.requested)).or_default() += 1;
         }
     }
-    let optimizer_ran = snap
-        .trace(timeline.device)
-        .iter()
-        .any(|e| c.phase(e.stack) == Some(Phase::Optimizer));
+    let optimizer_ran = timeline
+        .trace
+        .stacks()
+        .any(|s| c.phase(s) == Some(Phase::Optimizer));
     if grads.is_empty() {
         let training_step = spans.iter().any(|s| s.phase != Phase::Forward);
         if training_step {
@@ -312,20 +357,20 @@ fn before_recording_inference(
         .collect();
     order.sort_by_key(|&i| {
         let a = &timeline.allocations[i];
-        (a.free_entry.is_some(), std::cmp::Reverse(a.size), i)
+        (a.free_entry().is_some(), std::cmp::Reverse(a.size), i)
     });
     for i in order {
         let a = &timeline.allocations[i];
         let key = rounded(a.requested);
         if let Some(n) = params
             .get_mut(&key)
-            .filter(|n| **n > 0 && a.free_entry.is_none())
+            .filter(|n| **n > 0 && a.free_entry().is_none())
         {
             *n -= 1;
-            out[i] = PARAMETERS.to_owned();
+            out[i] = PARAMETERS;
         } else if let Some(n) = state.get_mut(&key).filter(|n| **n > 0) {
             *n -= 1;
-            out[i] = OPTIMIZER_STATE.to_owned();
+            out[i] = OPTIMIZER_STATE;
         }
     }
 }
@@ -334,10 +379,10 @@ fn before_recording_inference(
 /// parameters apart, but the model's weights and buffers are what a forward pass holds from
 /// before recording through to its end. Those blocks are parameters, as a training step's are;
 /// blocks from before recording that the window frees (inputs, caches) stay "before recording".
-fn forward_only_parameters(timeline: &Timeline, out: &mut [String]) {
+fn forward_only_parameters(timeline: &Timeline, out: &mut [&str]) {
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        if cat == BEFORE_RECORDING && a.free_entry.is_none() {
-            *cat = PARAMETERS.to_owned();
+        if *cat == BEFORE_RECORDING && a.free_entry().is_none() {
+            *cat = PARAMETERS;
         }
     }
 }
@@ -351,17 +396,17 @@ fn forward_only_parameters(timeline: &Timeline, out: &mut [String]) {
 ///   per three, or of four (and not all of three), the same and the gradient per four.
 ///
 /// Other sizes (inputs, workspaces, buffers such as RoPE tables) stay "before recording".
-fn split_by_counts(snap: &Snapshot, spans: &[PhaseSpan], timeline: &Timeline, out: &mut [String]) {
+fn split_by_counts(snap: &Snapshot, spans: &[PhaseSpan], timeline: &Timeline, out: &mut [&str]) {
     let rounded = |n: u64| round_size(n, &snap.settings);
     let after = AfterBackward::new(spans);
     // Per size: (kept through the window, freed after the backward pass).
     let mut counts: HashMap<u64, (usize, usize)> = HashMap::new();
     for (a, cat) in timeline.allocations.iter().zip(out.iter()) {
-        if cat != BEFORE_RECORDING {
+        if *cat != BEFORE_RECORDING {
             continue;
         }
         let e = counts.entry(rounded(a.requested)).or_default();
-        match a.free_entry {
+        match a.free_entry() {
             None => e.0 += 1,
             Some(f) if after.contains(f) => e.1 += 1,
             Some(_) => {}
@@ -397,20 +442,20 @@ fn split_by_counts(snap: &Snapshot, spans: &[PhaseSpan], timeline: &Timeline, ou
             .collect();
     }
     for (a, cat) in timeline.allocations.iter().zip(out.iter_mut()) {
-        if cat != BEFORE_RECORDING {
+        if *cat != BEFORE_RECORDING {
             continue;
         }
         let Some(p) = plan.get_mut(&rounded(a.requested)) else {
             continue;
         };
-        let slot = match a.free_entry {
+        let slot = match a.free_entry() {
             None => (0..2).chain(3..4).find(|&k| p[k] > 0),
             Some(f) if after.contains(f) => (p[2] > 0).then_some(2),
             Some(_) => None,
         };
         if let Some(k) = slot {
             p[k] -= 1;
-            *cat = [PARAMETERS, GRADIENTS, GRADIENTS, OPTIMIZER_STATE][k].to_owned();
+            *cat = [PARAMETERS, GRADIENTS, GRADIENTS, OPTIMIZER_STATE][k];
         }
     }
 }

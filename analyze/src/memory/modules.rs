@@ -324,16 +324,9 @@ mod tests {
     fn rows_add_up_to_the_bytes_live_at_the_moment() {
         let mut f = Frames::default();
         let model = stack(&mut f, vec![frame("forward", "/home/me/model.py", 5)]);
-        let alloc =
-            |size: u64, stack: StackId, alloc_entry: Option<usize>, free_entry| Allocation {
-                addr: 0,
-                size,
-                requested: size,
-                stream: 0,
-                stack,
-                alloc_entry,
-                free_entry,
-            };
+        let alloc = |size: u64, stack: StackId, alloc_entry: Option<usize>, free_entry| {
+            Allocation::new(size, size, 0, stack, alloc_entry, free_entry)
+        };
         let tl = Timeline {
             allocations: vec![
                 alloc(1000, StackId::EMPTY, None, None),

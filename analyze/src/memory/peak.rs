@@ -8,6 +8,7 @@
 
 use serde::Serialize;
 
+use super::inference::Categories;
 use super::phases::{phase_of_stack, Phase};
 use super::timeline::Timeline;
 use crate::model::snapshot::{Frames, StackId};
@@ -130,7 +131,7 @@ pub fn short_stack(frames: &Frames, stack: StackId, max: usize) -> Vec<String> {
 pub fn top_allocations(
     frames: &Frames,
     timeline: &Timeline,
-    categories: &[String],
+    categories: &Categories,
     entry: Option<usize>,
     n: usize,
 ) -> Vec<TopAllocation> {
@@ -144,15 +145,15 @@ pub fn top_allocations(
     live.into_iter()
         .map(|i| {
             let a = &timeline.allocations[i];
-            let allocated_at_us = match (a.alloc_entry, t0) {
-                (Some(e), Some(t0)) => timeline.points[e].time_us.map(|t| t as f64 - t0 as f64),
+            let allocated_at_us = match (a.alloc_entry(), t0) {
+                (Some(e), Some(t0)) => timeline.time_us(e).map(|t| t as f64 - t0 as f64),
                 _ => None,
             };
             TopAllocation {
                 size: a.size,
                 requested_size: a.requested,
                 stream: a.stream,
-                category: categories.get(i).cloned().unwrap_or_default(),
+                category: categories.get(i).unwrap_or_default().to_owned(),
                 frame: top_frame(frames, a.stack, a.before_recording()),
                 stack: short_stack(frames, a.stack, 6),
                 phase: phase_of_stack(frames, a.stack),

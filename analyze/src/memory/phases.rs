@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use crate::formats::torch_snapshot::PHASE_FRAME_FILE;
-use crate::model::snapshot::{Frame, Frames, Snapshot, StackId, Stage, TraceEntry};
+use crate::model::snapshot::{DeviceTrace, Frame, Frames, Snapshot, StackId, Stage};
 
 /// Part of a training step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -122,11 +122,11 @@ pub struct PhaseSpan {
 
 /// Phase spans of a trace. Runs shorter than `min_run` entries between two runs of one phase are
 /// absorbed into them, so an odd frame does not split a phase.
-pub fn spans(trace: &[TraceEntry], phase_of: &[Option<Phase>]) -> Vec<PhaseSpan> {
+pub fn spans(trace: &DeviceTrace, phase_of: &[Option<Phase>]) -> Vec<PhaseSpan> {
     let min_run = (trace.len() / 400).max(3);
     let mut spans: Vec<PhaseSpan> = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
-        let p = phase_of.get(e.stack.0 as usize).copied().flatten();
+    for (i, stack) in trace.stacks().enumerate() {
+        let p = phase_of.get(stack.0 as usize).copied().flatten();
         match (p, spans.last_mut()) {
             (Some(p), Some(last)) if last.phase == p => last.last_entry = i,
             (Some(p), _) => spans.push(PhaseSpan {

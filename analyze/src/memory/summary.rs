@@ -11,11 +11,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::categories::{breakdown, CategoryShare, Rules};
-use super::inference::categorize;
+use super::inference::{categorize, Categories};
 use super::modules::{by_module, ModuleShare};
 use super::peak::{top_allocations, TopAllocation};
 use super::phases::{spans, stack_phases, Phase, PhaseSpan};
-use super::timeline::{replay, Timeline};
+use super::timeline::{replay, replay_watching, Timeline};
 use crate::model::snapshot::{BlockState, SegmentKind, Snapshot, SnapshotFormat};
 pub use crate::run_name::{mode_word, parse_run_name, precision_word, run_stem, RunName};
 
@@ -196,7 +196,7 @@ pub struct Analysis {
     pub timeline: Timeline,
     pub spans: Vec<PhaseSpan>,
     /// Category of every allocation of the timeline.
-    pub categories: Vec<String>,
+    pub categories: Categories,
     /// Phases placed by the snapshot's annotations (see [`super::phases::annotated_phases`]).
     pub annotated_phases: Vec<super::phases::AnnotatedPhase>,
 }
@@ -234,15 +234,21 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
             })
             .unwrap_or(0),
     };
-    let timeline = replay(snap, device);
     let trace = snap.trace(device);
     let phase_of = stack_phases(&snap.frames);
     let spans = spans(trace, &phase_of);
+    // The forward peak is folded as the replay passes.
+    let forward: Vec<(usize, usize)> = spans
+        .iter()
+        .filter(|s| s.phase == Phase::Forward)
+        .map(|s| (s.first_entry, s.last_entry))
+        .collect();
+    let timeline = replay_watching(snap, device, &forward);
     let categories = categorize(snap, &timeline, rules);
 
     let t0 = timeline.first_time_us();
     let rel = |entry: usize| -> Option<f64> {
-        let t = timeline.points.get(entry)?.time_us?;
+        let t = timeline.time_us(entry)?;
         // In floating point: hostile timestamps must not overflow.
         Some(t as f64 - t0? as f64)
     };
@@ -256,16 +262,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
         .peak_reserved()
         .map_or(timeline.end_reserved, |p| p.reserved)
         .max(timeline.start_reserved);
-    let forward_peak = spans
-        .iter()
-        .filter(|s| s.phase == Phase::Forward)
-        .filter_map(|s| {
-            timeline.points[s.first_entry..=s.last_entry]
-                .iter()
-                .map(|p| p.allocated)
-                .max()
-        })
-        .max();
+    let forward_peak = timeline.highest_in_ranges;
     let peak_phase = peak_entry.and_then(|e| {
         spans
             .iter()
@@ -275,9 +272,9 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
     let at_peak: Vec<(u64, &str)> = timeline
         .allocations
         .iter()
-        .zip(&categories)
+        .zip(categories.iter())
         .filter(|(a, _)| a.live_after(peak_entry))
-        .map(|(a, c)| (a.size, c.as_str()))
+        .map(|(a, c)| (a.size, c))
         .collect();
     let mut streams: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     for a in timeline
@@ -299,8 +296,7 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
         .collect();
     streams_at_peak.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     let final_allocated = timeline
-        .points
-        .last()
+        .last_point()
         .map_or(timeline.start_allocated, |p| p.allocated);
     let report = MemoryReport {
         label: opts.label.clone(),
@@ -362,9 +358,9 @@ pub fn analyze(snap: &Snapshot, rules: &Rules, opts: &MemoryOptions) -> Analysis
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::snapshot::{Action, Segment, StackId, TraceEntry};
+    use crate::model::snapshot::{Action, DeviceTrace, Segment, StackId, TraceEntry};
 
-    fn alloc_free(addr: u64, size: u64) -> Vec<TraceEntry> {
+    fn alloc_free(addr: u64, size: u64) -> DeviceTrace {
         [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
             .into_iter()
             .enumerate()

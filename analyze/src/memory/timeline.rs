@@ -21,11 +21,14 @@
 //! order. On the ten snapshots of `fixtures/memsnap` the replayed peak equals
 //! `max_memory_allocated` exactly.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, AllocatorSettings, BlockState, Snapshot, StackId};
+use crate::fast_hash::FastMap;
+use crate::model::snapshot::{
+    Action, AllocatorSettings, BlockState, DeviceTrace, Snapshot, StackId, TraceEntry,
+};
 
 /// The allocator's smallest block and rounding unit (`kMinBlockSize`).
 pub const MIN_BLOCK: u64 = 512;
@@ -73,35 +76,74 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     }
 }
 
+/// A trace entry's index as an [`Allocation`] keeps it: 32 bits (a trace holds fewer than
+/// 2^32 entries), all ones for none.
+const NO_ENTRY: u32 = u32::MAX;
+
+fn entry_ref(entry: Option<usize>) -> u32 {
+    entry.map_or(NO_ENTRY, |e| e as u32)
+}
+
+fn entry_of(r: u32) -> Option<usize> {
+    (r != NO_ENTRY).then_some(r as usize)
+}
+
 /// One allocation seen in the window or live at its start.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Copy, Debug)]
 pub struct Allocation {
-    pub addr: u64,
     /// Bytes the allocator counts for it.
     pub size: u64,
     /// Bytes the caller asked for.
     pub requested: u64,
     pub stream: u64,
     pub stack: StackId,
-    /// Trace entry that allocated it; `None` when it was allocated before recording began.
-    pub alloc_entry: Option<usize>,
-    /// Trace entry that freed it (`free_requested`); `None` when still allocated at the end.
-    pub free_entry: Option<usize>,
+    alloc_entry: u32,
+    free_entry: u32,
 }
 
 impl Allocation {
+    /// An allocation made at trace entry `alloc_entry` (`None`: before recording began) and
+    /// freed at `free_entry` (`None`: still allocated at the end).
+    pub fn new(
+        size: u64,
+        requested: u64,
+        stream: u64,
+        stack: StackId,
+        alloc_entry: Option<usize>,
+        free_entry: Option<usize>,
+    ) -> Allocation {
+        Allocation {
+            size,
+            requested,
+            stream,
+            stack,
+            alloc_entry: entry_ref(alloc_entry),
+            free_entry: entry_ref(free_entry),
+        }
+    }
+
+    /// Trace entry that allocated it; `None` when it was allocated before recording began.
+    pub fn alloc_entry(&self) -> Option<usize> {
+        entry_of(self.alloc_entry)
+    }
+
+    /// Trace entry that freed it (`free_requested`); `None` when still allocated at the end.
+    pub fn free_entry(&self) -> Option<usize> {
+        entry_of(self.free_entry)
+    }
+
     pub fn before_recording(&self) -> bool {
-        self.alloc_entry.is_none()
+        self.alloc_entry().is_none()
     }
 
     /// Whether it is allocated just after trace entry `entry` (or at the start, for `None`).
     pub fn live_after(&self, entry: Option<usize>) -> bool {
-        let allocated = match (self.alloc_entry, entry) {
+        let allocated = match (self.alloc_entry(), entry) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(a), Some(e)) => a <= e,
         };
-        let freed = match (self.free_entry, entry) {
+        let freed = match (self.free_entry(), entry) {
             (None, _) => false,
             (Some(_), None) => false,
             (Some(f), Some(e)) => f <= e,
@@ -120,13 +162,18 @@ pub struct Point {
 }
 
 /// Allocated and reserved bytes of one device over the recorded window.
-#[derive(Clone, Debug, Default, Serialize)]
+///
+/// It keeps the trace it replayed (shared, not copied) and one record per allocation, not a
+/// point per entry: [`Timeline::points`] replays the levels again from the two when a chart
+/// wants every point, and the peaks are folded as the replay passes.
+#[derive(Clone, Debug, Default)]
 pub struct Timeline {
     pub device: i64,
-    /// Every allocation live at the start or made in the window, in order of allocation.
+    /// The device's trace.
+    pub trace: DeviceTrace,
+    /// Every allocation live at the start or made in the window: those live at the start first
+    /// (by address), then those of the window in order of allocation.
     pub allocations: Vec<Allocation>,
-    /// One point per trace entry.
-    pub points: Vec<Point>,
     pub start_allocated: u64,
     pub start_reserved: u64,
     /// From the end-state segments.
@@ -138,26 +185,30 @@ pub struct Timeline {
     /// Frees of addresses that were not allocated (a damaged or truncated trace).
     pub unmatched_frees: usize,
     pub oom_entries: Vec<usize>,
+    /// Addresses of the allocations live at the start (the first of `allocations`).
+    pub(crate) start_addrs: Vec<u64>,
+    pub(crate) peak_allocated: Option<Point>,
+    pub(crate) peak_reserved: Option<Point>,
+    pub(crate) last: Option<Point>,
+    /// The most bytes allocated at the entries of the ranges the replay watched
+    /// ([`replay_watching`]); `None` when it watched none.
+    pub highest_in_ranges: Option<u64>,
 }
 
 impl Timeline {
     /// The first point where allocated bytes are highest; `None` when the window is empty.
     pub fn peak_allocated(&self) -> Option<Point> {
-        self.points
-            .iter()
-            .fold(None, |best: Option<Point>, p| match best {
-                Some(b) if b.allocated >= p.allocated => Some(b),
-                _ => Some(*p),
-            })
+        self.peak_allocated
     }
 
+    /// The first point where reserved bytes are highest; `None` when the window is empty.
     pub fn peak_reserved(&self) -> Option<Point> {
-        self.points
-            .iter()
-            .fold(None, |best: Option<Point>, p| match best {
-                Some(b) if b.reserved >= p.reserved => Some(b),
-                _ => Some(*p),
-            })
+        self.peak_reserved
+    }
+
+    /// The point after the last entry; `None` when the window is empty.
+    pub fn last_point(&self) -> Option<Point> {
+        self.last
     }
 
     /// Allocations live just after trace entry `entry` (`None`: at the start of the window).
@@ -167,12 +218,123 @@ impl Timeline {
 
     /// Time of the first entry that has one, the origin of relative times.
     pub fn first_time_us(&self) -> Option<i64> {
-        self.points.iter().find_map(|p| p.time_us)
+        (0..self.trace.len()).find_map(|i| self.trace.time_us(i))
+    }
+
+    /// Time of trace entry `entry`, if it has one.
+    pub fn time_us(&self, entry: usize) -> Option<i64> {
+        self.trace.time_us(entry)
+    }
+
+    /// One point per trace entry, in order: the levels replayed again from the allocations.
+    pub fn points(&self) -> impl Iterator<Item = Point> + '_ {
+        let allocations = &self.allocations[..];
+        let mut levels = Levels::start(&self.trace, allocations, &self.start_addrs);
+        levels.reserved = self.start_reserved;
+        let mut next = self.start_addrs.len();
+        self.trace.iter().enumerate().map(move |(i, e)| {
+            let a = self.trace.address_of(i);
+            if e.action == Action::Alloc {
+                levels.alloc(allocations, a, next);
+                next += 1;
+            } else {
+                levels.other(allocations, &e, a);
+            }
+            levels.point(i, e.time_us)
+        })
     }
 }
 
+/// Allocated and reserved bytes as the entries pass, and the allocation each address holds (by
+/// the trace's number of the address): the one walk of both the replay and
+/// [`Timeline::points`].
+struct Levels {
+    live: Vec<u32>,
+    allocated: u64,
+    reserved: u64,
+}
+
+impl Levels {
+    /// The levels at the start of the window: the allocations made before it (the first of
+    /// `allocations`, at `addrs`) live, nothing reserved yet.
+    fn start(trace: &DeviceTrace, allocations: &[Allocation], addrs: &[u64]) -> Self {
+        let mut live = vec![NO_ENTRY; trace.address_count()];
+        let mut allocated = 0u64;
+        for (i, (a, &addr)) in allocations.iter().zip(addrs).enumerate() {
+            allocated = allocated.saturating_add(a.size);
+            // An address no entry names is never freed in the window.
+            if let Some(id) = trace.address_id(addr) {
+                live[id] = i as u32;
+            }
+        }
+        Levels {
+            live,
+            allocated,
+            reserved: 0,
+        }
+    }
+
+    /// Allocation `index` of `allocations`, made at address `addr`; the allocation the address
+    /// held, if the trace lost its free.
+    fn alloc(&mut self, allocations: &[Allocation], addr: usize, index: usize) -> Option<usize> {
+        self.allocated = self.allocated.saturating_add(allocations[index].size);
+        let prev = entry_of(std::mem::replace(&mut self.live[addr], index as u32))?;
+        self.allocated = self.allocated.saturating_sub(allocations[prev].size);
+        Some(prev)
+    }
+
+    /// Any entry but an allocation, at address `addr`: a free takes its allocation's bytes
+    /// (`Some(Ok)` with the allocation, `Some(Err)` when the address held none), a segment
+    /// moves the reserved bytes.
+    fn other(
+        &mut self,
+        allocations: &[Allocation],
+        e: &TraceEntry,
+        addr: usize,
+    ) -> Option<Result<usize, ()>> {
+        match e.action {
+            Action::FreeRequested => Some(
+                match entry_of(std::mem::replace(&mut self.live[addr], NO_ENTRY)) {
+                    Some(idx) => {
+                        self.allocated = self.allocated.saturating_sub(allocations[idx].size);
+                        Ok(idx)
+                    }
+                    None => Err(()),
+                },
+            ),
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.reserved = self.reserved.saturating_add(e.size);
+                None
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.reserved = self.reserved.saturating_sub(e.size);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn point(&self, entry: usize, time_us: Option<i64>) -> Point {
+        Point {
+            entry,
+            time_us,
+            allocated: self.allocated,
+            reserved: self.reserved,
+        }
+    }
+}
+
+/// A block held by a tensor: its counted and requested size, stream and stack.
+type Held = (u64, u64, u64, StackId);
+
 /// Replay `device`'s trace against the snapshot's end state.
 pub fn replay(snap: &Snapshot, device: i64) -> Timeline {
+    replay_watching(snap, device, &[])
+}
+
+/// [`replay`], also folding the most bytes allocated at the entries of `ranges` (first and last
+/// entry of each, in order, apart) into [`Timeline::highest_in_ranges`].
+pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) -> Timeline {
     let trace = snap.trace(device);
     let settings = &snap.settings;
     let segments: Vec<_> = snap
@@ -184,8 +346,7 @@ pub fn replay(snap: &Snapshot, device: i64) -> Timeline {
     // End state.
     let mut end_allocated = 0u64;
     let mut end_reserved = 0u64;
-    // addr -> (size, requested, stream, stack) of blocks held by tensors at the end.
-    let mut live_end: HashMap<u64, (u64, u64, u64, StackId)> = HashMap::new();
+    let mut live_end: FastMap<u64, Held> = FastMap::default();
     let mut occupied: BTreeMap<u64, u64> = BTreeMap::new();
     let mut layout: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
     for seg in &segments {
@@ -206,25 +367,38 @@ pub fn replay(snap: &Snapshot, device: i64) -> Timeline {
         }
     }
 
+    // What is followed per address is kept by the trace's number of the address; blocks at
+    // addresses no entry names are live from start to end.
+    let addresses = trace.address_count();
+    let mut end_of: Vec<Option<Held>> = vec![None; addresses];
+    let mut untouched: Vec<(u64, Held)> = Vec::new();
+    for (&addr, &held) in &live_end {
+        match trace.address_id(addr) {
+            Some(a) => end_of[a] = Some(held),
+            None => untouched.push((addr, held)),
+        }
+    }
+
     // Walk backwards to the start of the window.
-    let mut live_start: HashMap<u64, (u64, u64, u64, StackId)> = live_end.clone();
+    let mut start_of = end_of.clone();
     let mut reserved = end_reserved;
-    let mut last_alloc_of: HashMap<u64, usize> = HashMap::new();
-    let mut freed_later: HashSet<u64> = HashSet::new();
+    let mut last_alloc_of: Vec<u32> = vec![NO_ENTRY; addresses];
+    let mut freed_later: Vec<bool> = vec![false; addresses];
     for (i, e) in trace.iter().enumerate().rev() {
+        let a = trace.address_of(i);
         match e.action {
             Action::Alloc => {
-                live_start.remove(&e.addr);
+                start_of[a] = None;
                 occupied.remove(&e.addr);
-                if !freed_later.contains(&e.addr) {
-                    last_alloc_of.entry(e.addr).or_insert(i);
+                if !freed_later[a] && last_alloc_of[a] == NO_ENTRY {
+                    last_alloc_of[a] = i as u32;
                 }
-                freed_later.remove(&e.addr);
+                freed_later[a] = false;
             }
             Action::FreeRequested => {
                 let r = round_size(e.size, settings);
-                live_start.insert(e.addr, (r, e.size, e.stream, StackId::EMPTY));
-                freed_later.insert(e.addr);
+                start_of[a] = Some((r, e.size, e.stream, StackId::EMPTY));
+                freed_later[a] = true;
             }
             Action::FreeCompleted => {
                 occupied.insert(e.addr, round_size(e.size, settings));
@@ -244,44 +418,45 @@ pub fn replay(snap: &Snapshot, device: i64) -> Timeline {
             Action::Snapshot | Action::Oom | Action::Other => {}
         }
     }
+    // The allocations live at the start, by address.
+    let mut start = untouched;
+    for (a, held) in start_of.into_iter().enumerate() {
+        if let Some(held) = held {
+            start.push((trace.address(a), held));
+        }
+    }
     // Blocks allocated before the window and still live occupy their space from the start.
-    for (&addr, &(size, ..)) in &live_start {
+    for &(addr, (size, ..)) in &start {
         occupied.entry(addr).or_insert(size);
     }
 
     let mut tl = Timeline {
         device,
+        trace: trace.clone(),
         start_reserved: reserved,
         end_allocated,
         end_reserved,
         ..Timeline::default()
     };
-    let mut live: HashMap<u64, usize> = HashMap::with_capacity(live_start.len());
-    let mut start: Vec<_> = live_start.into_iter().collect();
     start.sort_unstable_by_key(|(addr, _)| *addr);
-    let mut allocated = 0u64;
     for (addr, (size, requested, stream, stack)) in start {
-        allocated = allocated.saturating_add(size);
-        live.insert(addr, tl.allocations.len());
-        tl.allocations.push(Allocation {
-            addr,
-            size,
-            requested,
-            stream,
-            stack,
-            alloc_entry: None,
-            free_entry: None,
-        });
+        tl.start_addrs.push(addr);
+        tl.allocations
+            .push(Allocation::new(size, requested, stream, stack, None, None));
     }
-    tl.start_allocated = allocated;
+    let mut levels = Levels::start(trace, &tl.allocations, &tl.start_addrs);
+    levels.reserved = reserved;
+    tl.start_allocated = levels.allocated;
 
-    tl.points.reserve(trace.len());
+    let mut ranges = ranges.iter().peekable();
+    tl.highest_in_ranges = ranges.peek().map(|_| 0);
     for (i, e) in trace.iter().enumerate() {
+        let a = trace.address_of(i);
         match e.action {
             Action::Alloc => {
-                let size = match (last_alloc_of.get(&e.addr), live_end.get(&e.addr)) {
+                let size = match end_of[a] {
                     // Still live at the end: the end state knows its exact size.
-                    (Some(&last), Some(&(size, ..))) if last == i => size,
+                    Some((size, ..)) if last_alloc_of[a] == i as u32 => size,
                     _ => {
                         let (size, fallback) =
                             counted_size(e.addr, e.size, &occupied, &layout, settings);
@@ -289,57 +464,57 @@ pub fn replay(snap: &Snapshot, device: i64) -> Timeline {
                         size
                     }
                 };
-                allocated = allocated.saturating_add(size);
                 occupied.insert(e.addr, size);
-                if let Some(prev) = live.insert(e.addr, tl.allocations.len()) {
+                let index = tl.allocations.len();
+                tl.allocations.push(Allocation::new(
+                    size,
+                    e.size,
+                    e.stream,
+                    e.stack,
+                    Some(i),
+                    None,
+                ));
+                if let Some(prev) = levels.alloc(&tl.allocations, a, index) {
                     // Allocated twice without a free: the trace lost the free.
                     tl.unmatched_frees += 1;
-                    let old = &mut tl.allocations[prev];
-                    old.free_entry = Some(i);
-                    allocated = allocated.saturating_sub(old.size);
-                }
-                tl.allocations.push(Allocation {
-                    addr: e.addr,
-                    size,
-                    requested: e.size,
-                    stream: e.stream,
-                    stack: e.stack,
-                    alloc_entry: Some(i),
-                    free_entry: None,
-                });
-            }
-            Action::FreeRequested => match live.remove(&e.addr) {
-                Some(idx) => {
-                    let a = &mut tl.allocations[idx];
-                    a.free_entry = Some(i);
-                    allocated = allocated.saturating_sub(a.size);
-                }
-                None => tl.unmatched_frees += 1,
-            },
-            Action::FreeCompleted => {
-                occupied.remove(&e.addr);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                reserved = reserved.saturating_add(e.size);
-                if e.action == Action::SegmentAlloc {
-                    layout.insert(e.addr, (e.size, settings.expandable_segments));
+                    tl.allocations[prev].free_entry = i as u32;
                 }
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                reserved = reserved.saturating_sub(e.size);
-                if e.action == Action::SegmentFree {
-                    layout.remove(&e.addr);
+            _ => {
+                match levels.other(&tl.allocations, &e, a) {
+                    Some(Ok(idx)) => tl.allocations[idx].free_entry = i as u32,
+                    Some(Err(())) => tl.unmatched_frees += 1,
+                    None => {}
+                }
+                match e.action {
+                    Action::FreeCompleted => {
+                        occupied.remove(&e.addr);
+                    }
+                    Action::SegmentAlloc => {
+                        layout.insert(e.addr, (e.size, settings.expandable_segments));
+                    }
+                    Action::SegmentFree => {
+                        layout.remove(&e.addr);
+                    }
+                    Action::Oom => tl.oom_entries.push(i),
+                    _ => {}
                 }
             }
-            Action::Oom => tl.oom_entries.push(i),
-            Action::Snapshot | Action::Other => {}
         }
-        tl.points.push(Point {
-            entry: i,
-            time_us: e.time_us,
-            allocated,
-            reserved,
-        });
+        let p = levels.point(i, e.time_us);
+        if tl.peak_allocated.is_none_or(|b| b.allocated < p.allocated) {
+            tl.peak_allocated = Some(p);
+        }
+        if tl.peak_reserved.is_none_or(|b| b.reserved < p.reserved) {
+            tl.peak_reserved = Some(p);
+        }
+        while ranges.next_if(|&&(_, last)| last < i).is_some() {}
+        if let (Some(&&(first, _)), Some(h)) = (ranges.peek(), &mut tl.highest_in_ranges) {
+            if first <= i {
+                *h = (*h).max(p.allocated);
+            }
+        }
+        tl.last = Some(p);
     }
     tl
 }
@@ -432,18 +607,18 @@ mod tests {
         let base = 1u64 << 32;
         let snap = Snapshot {
             segments: vec![Segment::one_live_block(0, base, 20 * mib, 4 * mib)],
-            traces: vec![vec![
+            traces: vec![DeviceTrace::from(vec![
                 entry(Action::FreeRequested, base + 4 * mib, mib),
                 entry(Action::FreeCompleted, base + 4 * mib, mib),
                 entry(Action::Alloc, base + 4 * mib, 15 * mib + mib / 2),
                 entry(Action::FreeRequested, base + 4 * mib, 15 * mib + mib / 2),
                 entry(Action::FreeCompleted, base + 4 * mib, 15 * mib + mib / 2),
-            ]],
+            ])],
             ..Snapshot::default()
         };
         let tl = replay(&snap, 0);
         assert_eq!(tl.start_allocated, 5 * mib);
-        let allocated: Vec<u64> = tl.points.iter().map(|p| p.allocated / mib).collect();
+        let allocated: Vec<u64> = tl.points().map(|p| p.allocated / mib).collect();
         assert_eq!(allocated, vec![4, 4, 20, 4, 4]);
         assert_eq!(tl.peak_allocated().map(|p| p.entry), Some(2));
         assert_eq!(tl.size_fallbacks, 0);

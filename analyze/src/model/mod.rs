@@ -10,6 +10,7 @@
 
 pub mod bounds;
 pub mod snapshot;
+pub mod snapshot_trace;
 pub mod trace;
 
 pub use snapshot::*;

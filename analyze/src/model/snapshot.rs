@@ -9,7 +9,11 @@
 //! over snapshots are in `crate::memory`. The trace model of GPU work is the sibling
 //! [`super::trace`].
 
+use std::sync::LazyLock;
+
 use serde::Serialize;
+
+pub use super::snapshot_trace::{DeviceTrace, Entries, Label, TraceEntry};
 
 /// Index of a frame in [`Frames::frames`].
 pub type FrameId = u32;
@@ -319,23 +323,6 @@ impl Action {
     }
 }
 
-/// One allocator event of the recorded window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TraceEntry {
-    pub action: Action,
-    pub addr: u64,
-    /// The size the caller asked for (allocations and frees) or the segment's size.
-    pub size: u64,
-    pub stream: u64,
-    /// Wall-clock microseconds (absent before PyTorch 2.2).
-    pub time_us: Option<i64>,
-    pub stack: StackId,
-    /// `torch.compile` context, when one was recorded (not `N/A`).
-    pub compile_context: Option<String>,
-    /// `torch.cuda.memory._set_memory_metadata` text, when set.
-    pub user_metadata: Option<String>,
-}
-
 /// A `START`/`END` mark PyTorch adds around `Optimizer.step` and friends
 /// (`external_annotations`, PyTorch 2.5+).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -395,7 +382,7 @@ pub struct SnapshotFormat {
 pub struct Snapshot {
     pub segments: Vec<Segment>,
     /// One trace per device, indexed by device number.
-    pub traces: Vec<Vec<TraceEntry>>,
+    pub traces: Vec<DeviceTrace>,
     pub annotations: Vec<Annotation>,
     pub settings: AllocatorSettings,
     pub frames: Frames,
@@ -419,11 +406,12 @@ impl Snapshot {
     }
 
     /// The trace of one device (empty when it has none).
-    pub fn trace(&self, device: i64) -> &[TraceEntry] {
+    pub fn trace(&self, device: i64) -> &DeviceTrace {
+        static NONE: LazyLock<DeviceTrace> = LazyLock::new(DeviceTrace::default);
         usize::try_from(device)
             .ok()
             .and_then(|d| self.traces.get(d))
-            .map_or(&[], |t| &t[..])
+            .unwrap_or(&NONE)
     }
 }
 

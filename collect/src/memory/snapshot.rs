@@ -12,7 +12,7 @@ use std::path::Path;
 
 use analyze::formats::torch_snapshot::write;
 use analyze::model::snapshot::{
-    Action, Annotation, Block, Frames, Segment, Snapshot, StackId, TraceEntry,
+    Action, Annotation, Block, DeviceTrace, Frames, Segment, Snapshot, StackId, TraceEntry,
 };
 
 use crate::error::{Error, Result};
@@ -67,7 +67,7 @@ pub fn to_snapshot(state: &AllocatorState) -> Snapshot {
             user_metadata: None,
         })
         .collect();
-    let mut traces = vec![Vec::new(); state.device as usize];
+    let mut traces = vec![DeviceTrace::default(); state.device as usize];
     traces.push(trace);
     let mut stacks = Vec::with_capacity(state.stacks.len() + 1);
     stacks.push(Vec::new());

@@ -300,7 +300,12 @@ impl Pickle {
         };
         let d = &mut self.dicts[slot as usize];
         d.memo_at = NO_MEMO;
-        d.items = items;
+        // A reused slot keeps its room for the next dict's items.
+        if items.is_empty() {
+            d.items.clear();
+        } else {
+            d.items = items;
+        }
         Ok(Value::Dict(DictId {
             slot,
             generation: d.generation,
@@ -314,7 +319,7 @@ impl Pickle {
             return;
         };
         let memo_at = d.memo_at;
-        d.items = Vec::new();
+        d.items.clear();
         d.generation = d.generation.wrapping_add(1);
         self.free_dicts.push(id.slot);
         if memo_at < MANY_MEMOS {
@@ -352,35 +357,162 @@ fn arena_id(len: usize) -> Result<u32, String> {
     u32::try_from(len).map_err(|_| "too many objects".to_owned())
 }
 
-/// The memo: dense for the sequential indices `MEMOIZE` hands out, sparse for anything else so a
+/// The memo: the sequential indices `MEMOIZE` hands out in order, anything else sparse so a
 /// `LONG_BINPUT 0xffffffff` costs one entry, not four billion.
+///
+/// The sequential part keeps its latest indices as values (`tail`) and folds the older ones into
+/// pieces: a run of dicts taken over by an [`Appender`], consecutive indices holding consecutive
+/// ids (a snapshot's trace entries, millions of them), is kept as its first id and its length,
+/// so the memo costs nothing per entry taken; anything else stays as values.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<Value>,
+    /// Indices `0..tail_start`, in order.
+    pieces: Vec<Piece>,
+    /// Indices from `tail_start` on.
+    tail: Vec<Value>,
+    tail_start: u32,
+    /// Values stored again at an index of a run of taken dicts.
+    overrides: HashMap<u32, Value>,
     sparse: HashMap<u32, Value>,
 }
 
+/// A stretch of the memo's sequential indices, from `start`.
+enum Piece {
+    Values {
+        start: u32,
+        values: Box<[Value]>,
+    },
+    /// `Value::Taken(first_id + k)` at index `start + k`, for `k` below `len`.
+    Taken {
+        start: u32,
+        first_id: u32,
+        len: u32,
+    },
+}
+
+impl Piece {
+    fn start(&self) -> u32 {
+        match self {
+            Piece::Values { start, .. } | Piece::Taken { start, .. } => *start,
+        }
+    }
+}
+
+/// The tail's length at which its older part is folded into pieces, and how much of it stays
+/// (the dicts of a batch still being appended are among the latest).
+const MEMO_TAIL: usize = 1 << 16;
+const MEMO_KEEP: usize = 1 << 12;
+/// The shortest run of taken dicts folded into one piece: shorter ones stay values, so that the
+/// pieces stay few and a lookup among them short.
+const MEMO_RUN: usize = 1024;
+
 impl Memo {
     fn put(&mut self, index: u32, v: Value) {
+        let end = self.tail_start as usize + self.tail.len();
         let i = index as usize;
-        if i < self.dense.len() {
-            self.dense[i] = v;
-        } else if i == self.dense.len() {
-            self.dense.push(v);
+        if i < self.tail_start as usize {
+            let k = self.piece_of(index);
+            match &mut self.pieces[k] {
+                Piece::Values { start, values } => values[(index - *start) as usize] = v,
+                Piece::Taken { .. } => {
+                    self.overrides.insert(index, v);
+                }
+            }
+        } else if i < end {
+            self.tail[i - self.tail_start as usize] = v;
+        } else if i == end {
+            self.tail.push(v);
+            if self.tail.len() >= MEMO_TAIL {
+                self.fold();
+            }
         } else {
             self.sparse.insert(index, v);
         }
     }
 
     fn get(&self, index: u32) -> Option<Value> {
-        self.dense
-            .get(index as usize)
+        let i = index as usize;
+        if i < self.tail_start as usize {
+            if let Some(&v) = self.overrides.get(&index) {
+                return Some(v);
+            }
+            return Some(match &self.pieces[self.piece_of(index)] {
+                Piece::Values { start, values } => values[(index - start) as usize],
+                Piece::Taken {
+                    start, first_id, ..
+                } => Value::Taken(first_id + (index - start)),
+            });
+        }
+        self.tail
+            .get(i - self.tail_start as usize)
             .copied()
             .or_else(|| self.sparse.get(&index).copied())
     }
 
     fn len(&self) -> usize {
-        self.dense.len() + self.sparse.len()
+        self.tail_start as usize + self.tail.len() + self.sparse.len()
+    }
+
+    /// The piece holding `index`, which is below `tail_start`.
+    fn piece_of(&self, index: u32) -> usize {
+        self.pieces.partition_point(|p| p.start() <= index) - 1
+    }
+
+    /// Fold the tail, less its latest values, into pieces.
+    fn fold(&mut self) {
+        let n = self.tail.len() - MEMO_KEEP;
+        let mut values: Vec<Value> = Vec::new();
+        let mut values_start = self.tail_start;
+        let mut k = 0;
+        while k < n {
+            let run = match self.tail[k] {
+                Value::Taken(id) => self.tail[k..n]
+                    .iter()
+                    .enumerate()
+                    .take_while(|&(j, v)| *v == Value::Taken(id.wrapping_add(j as u32)))
+                    .count(),
+                _ => 0,
+            };
+            let index = self.tail_start + k as u32;
+            if run < MEMO_RUN {
+                values.push(self.tail[k]);
+                k += 1;
+                continue;
+            }
+            if !values.is_empty() {
+                self.pieces.push(Piece::Values {
+                    start: values_start,
+                    values: std::mem::take(&mut values).into_boxed_slice(),
+                });
+            }
+            let Value::Taken(first_id) = self.tail[k] else {
+                unreachable!("a run starts with a taken dict")
+            };
+            match self.pieces.last_mut() {
+                Some(Piece::Taken {
+                    start,
+                    first_id: f,
+                    len,
+                }) if *start + *len == index && f.wrapping_add(*len) == first_id => {
+                    *len += run as u32;
+                }
+                _ => self.pieces.push(Piece::Taken {
+                    start: index,
+                    first_id,
+                    len: run as u32,
+                }),
+            }
+            k += run;
+            values_start = self.tail_start + k as u32;
+        }
+        if !values.is_empty() {
+            self.pieces.push(Piece::Values {
+                start: values_start,
+                values: values.into_boxed_slice(),
+            });
+        }
+        self.tail.drain(..n);
+        self.tail_start += n as u32;
     }
 }
 
@@ -897,15 +1029,16 @@ pub fn parse_stream<R: Read>(input: R, appender: &mut dyn Appender) -> Result<Pi
                 if m == 0 {
                     return Err(underflow());
                 }
-                let items = stack.split_off(m);
-                if items.len() & 1 == 1 {
+                if (stack.len() - m) & 1 == 1 {
                     return Err(malformed("SETITEMS with an odd number of items".into()));
                 }
                 match stack[m - 1] {
                     Value::Dict(id) if p.dict_slot(id).is_some() => {
                         if let Some(d) = p.dict_slot_mut(id) {
-                            d.items.extend(items.chunks_exact(2).map(|c| (c[0], c[1])));
+                            d.items
+                                .extend(stack[m..].chunks_exact(2).map(|c| (c[0], c[1])));
                         }
+                        stack.truncate(m);
                     }
                     other => {
                         return Err(malformed(format!(
@@ -1143,6 +1276,34 @@ fn python_string_literal(line: &[u8]) -> Option<Box<str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Long runs of taken dicts fold into pieces, and every index reads back what was put there:
+    /// values among and after the runs, a run broken by a value, a value put again inside a run.
+    #[test]
+    fn the_memo_folds_runs_of_taken_dicts_and_reads_back_every_index() {
+        let mut memo = Memo::default();
+        let mut expected = Vec::new();
+        let mut id = 0u32;
+        for i in 0..300_000u32 {
+            let v = if i % 100_000 == 7 || (i < 5_000 && i % 3 == 0) {
+                Value::Int(i64::from(i))
+            } else {
+                id += 1;
+                Value::Taken(id)
+            };
+            memo.put(i, v);
+            expected.push(v);
+        }
+        memo.put(150_000, Value::None);
+        expected[150_000] = Value::None;
+        assert!(memo.pieces.len() < 20, "{} pieces", memo.pieces.len());
+        assert!(memo.tail.len() < MEMO_TAIL);
+        for (i, &v) in expected.iter().enumerate() {
+            assert_eq!(memo.get(i as u32), Some(v), "index {i}");
+        }
+        assert_eq!(memo.len(), expected.len());
+        assert_eq!(memo.get(300_000), None);
+    }
 
     fn ok(data: &[u8]) -> Pickle {
         parse(data).unwrap_or_else(|e| panic!("{e}"))

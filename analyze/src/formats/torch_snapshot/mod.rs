@@ -83,8 +83,8 @@ mod tests {
 
     use super::*;
     use crate::model::snapshot::{
-        Action, AllocatorSettings, Annotation, Block, BlockState, Frame, Frames, Segment,
-        SegmentKind, Snapshot, SnapshotFormat, StackId, Stage, TraceEntry,
+        Action, AllocatorSettings, Annotation, Block, BlockState, DeviceTrace, Frame, Frames,
+        Segment, SegmentKind, Snapshot, SnapshotFormat, StackId, Stage, TraceEntry,
     };
 
     /// A snapshot of every shape `collect` writes: a segment with an allocated and a free block,
@@ -118,7 +118,7 @@ mod tests {
                     },
                 ],
             }],
-            traces: vec![vec![
+            traces: vec![DeviceTrace::from(vec![
                 TraceEntry {
                     action: Action::Alloc,
                     addr: base,
@@ -139,7 +139,7 @@ mod tests {
                     compile_context: None,
                     user_metadata: None,
                 },
-            ]],
+            ])],
             annotations: vec![Annotation {
                 device: Some(0),
                 stage: Stage::Start.as_str().to_owned(),

@@ -25,7 +25,7 @@
 //! stacks holds each distinct frame and stack once. Work is bounded by the input's size, so a
 //! hostile pickle that references one huge list many times is refused, not walked for hours.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -37,8 +37,8 @@ use crate::formats::gzip;
 use crate::formats::limits::Limits;
 use crate::formats::pickle::read::{self as pickle, Pickle, PickleError, Value};
 use crate::model::snapshot::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
-    SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
+    Action, AllocatorSettings, Annotation, Block, BlockState, DeviceTrace, Frame, FrameId, Frames,
+    Label, Segment, SegmentKind, Snapshot, SnapshotFormat, StackId, TraceEntry,
 };
 use crate::progress;
 
@@ -104,7 +104,7 @@ pub fn from_reader(path: &Path, input: impl Read) -> Result<Snapshot> {
 #[derive(Default)]
 struct Taken {
     /// Every entry taken, by its [`Value::Taken`] id.
-    entries: Vec<TraceEntry>,
+    entries: DeviceTrace,
     /// The device traces being filled, by list handle.
     lists: FastMap<u32, TakenList>,
 }
@@ -261,6 +261,32 @@ fn field(what: What, key: Option<&str>) -> String {
     }
 }
 
+/// The keys of a trace entry the reader uses.
+const ENTRY_KEYS: [&str; 9] = [
+    key::ACTION,
+    key::ADDR,
+    key::DEVICE_FREE,
+    key::SIZE,
+    key::STREAM,
+    key::TIME_US,
+    key::FRAMES,
+    key::COMPILE_CONTEXT,
+    key::USER_METADATA,
+];
+const F_ACTION: usize = 0;
+const F_ADDR: usize = 1;
+const F_DEVICE_FREE: usize = 2;
+const F_SIZE: usize = 3;
+const F_STREAM: usize = 4;
+const F_TIME_US: usize = 5;
+const F_FRAMES: usize = 6;
+const F_COMPILE_CONTEXT: usize = 7;
+const F_USER_METADATA: usize = 8;
+/// What [`Interner::entry_keys`] holds for a string not looked at yet, and for one that is not
+/// an entry's key.
+const UNSEEN: u8 = u8::MAX;
+const NOT_AN_ENTRY_KEY: u8 = u8::MAX - 1;
+
 /// How errors name the requested size of a PyTorch 2.0 block.
 const HISTORY_REAL_SIZE: &str = "history[0].real_size";
 
@@ -278,7 +304,12 @@ struct Interner {
     /// StackId of each pickled frame list, by arena handle.
     stack_by_value: FastMap<u32, StackId>,
     stack_by_content: FastMap<Vec<FrameId>, StackId>,
-    strings_seen: HashMap<u32, Option<String>>,
+    /// The label each string of the pickle reads as, each text stored once.
+    strings_seen: FastMap<u32, Option<Label>>,
+    /// Every label text met, once: the same text pickled twice is still one label.
+    labels: HashSet<Label>,
+    /// Which of [`ENTRY_KEYS`] each string of the pickle is, by its number.
+    entry_keys: Vec<u8>,
 }
 
 impl Interner {
@@ -293,7 +324,9 @@ impl Interner {
             frame_by_content: HashMap::new(),
             stack_by_value: FastMap::default(),
             stack_by_content,
-            strings_seen: HashMap::new(),
+            strings_seen: FastMap::default(),
+            labels: HashSet::new(),
+            entry_keys: Vec::new(),
         }
     }
 
@@ -426,10 +459,32 @@ impl<'a> Converter<'a> {
     /// A segment's or an entry's stream: a `cudaStream_t`, so its bits; 0 (the default stream)
     /// when absent or not an int.
     fn stream(&self, dict: Value) -> u64 {
-        self.p
-            .get(dict, key::STREAM)
-            .and_then(|v| self.descriptive_int(v))
+        self.stream_of(self.p.get(dict, key::STREAM))
+    }
+
+    fn stream_of(&self, v: Option<Value>) -> u64 {
+        v.and_then(|v| self.descriptive_int(v))
             .map_or(0, |s| s as u64)
+    }
+
+    /// Which of [`ENTRY_KEYS`] a dict key is, if any: found once per string of the pickle.
+    fn entry_key(&mut self, k: Value) -> Option<usize> {
+        let Value::Str(id) = k else { return None };
+        let i = id as usize;
+        if i >= self.st.entry_keys.len() {
+            self.st.entry_keys.resize(i + 1, UNSEEN);
+        }
+        if self.st.entry_keys[i] == UNSEEN {
+            let name = self.p.str(k).unwrap_or_default();
+            self.st.entry_keys[i] = ENTRY_KEYS
+                .iter()
+                .position(|&key| key == name)
+                .map_or(NOT_AN_ENTRY_KEY, |f| f as u8);
+        }
+        match self.st.entry_keys[i] {
+            NOT_AN_ENTRY_KEY => None,
+            f => Some(usize::from(f)),
+        }
     }
 
     fn snapshot(mut self) -> Result<Snapshot> {
@@ -593,7 +648,7 @@ impl<'a> Converter<'a> {
         })
     }
 
-    fn traces(&mut self, v: Value) -> Result<Vec<Vec<TraceEntry>>> {
+    fn traces(&mut self, v: Value) -> Result<Vec<DeviceTrace>> {
         let devices = self.seq(v, What::Traces, None)?;
         let mut out = Vec::with_capacity(devices.len());
         for (d, &t) in devices.iter().enumerate() {
@@ -602,7 +657,7 @@ impl<'a> Converter<'a> {
                 continue;
             }
             let entries = self.seq(t, What::Trace(d), None)?;
-            let mut trace = Vec::with_capacity(entries.len());
+            let mut trace = DeviceTrace::default();
             for (i, &e) in entries.iter().enumerate() {
                 trace.push(self.entry(e, What::Entry(d, i))?);
             }
@@ -614,22 +669,19 @@ impl<'a> Converter<'a> {
     /// A device trace whose entries were converted as the pickle streamed (its list in the
     /// pickle holds nothing): moved out whole when it holds every entry taken, as a snapshot of
     /// one device does, copied otherwise.
-    fn taken_trace(&mut self, t: Value) -> Option<Vec<TraceEntry>> {
+    fn taken_trace(&mut self, t: Value) -> Option<DeviceTrace> {
         let Value::List(id) = t else { return None };
         let list = self.taken.lists.remove(&id)?;
         let all = &mut self.taken.entries;
         if list.runs.len() == 1 && list.runs[0] == (0, all.len() as u32) {
             return Some(std::mem::take(all));
         }
-        let mut trace = Vec::with_capacity(list.len);
+        let mut trace = DeviceTrace::default();
         for &(first, count) in &list.runs {
             let (first, count) = (first as usize, count as usize);
-            trace.extend(
-                all.get(first..first + count)
-                    .unwrap_or_default()
-                    .iter()
-                    .cloned(),
-            );
+            for e in (first..first + count).filter_map(|i| all.get(i)) {
+                trace.push(e);
+            }
         }
         Some(trace)
     }
@@ -639,12 +691,21 @@ impl<'a> Converter<'a> {
         // The same entry dict fetched again from the memo after it was taken over.
         if let Value::Taken(id) = e {
             return match self.taken.entries.get(id as usize) {
-                Some(entry) => Ok(entry.clone()),
+                Some(entry) => Ok(entry),
                 None => Err(self.err(format!("{what} is an entry read before"))),
             };
         }
         self.dict(e, what)?;
-        let Some(action_v) = p.get(e, key::ACTION) else {
+        // Every field in one pass over the dict, each key told by its string's number (the
+        // last of a key wins, as in Python).
+        let mut fields = [None; ENTRY_KEYS.len()];
+        for &(k, v) in p.dict(e).unwrap_or_default() {
+            if let Some(f) = self.entry_key(k) {
+                fields[f] = Some(v);
+            }
+        }
+        let field = |f: usize| fields[f];
+        let Some(action_v) = field(F_ACTION) else {
             return Err(self.err(format!("{what} has no `action`")));
         };
         let action = match p.str(action_v) {
@@ -656,28 +717,28 @@ impl<'a> Converter<'a> {
                 )))
             }
         };
-        let addr_key = if action == Action::Oom && p.get(e, key::ADDR).is_none() {
-            key::DEVICE_FREE
+        let (addr_key, addr_field) = if action == Action::Oom && field(F_ADDR).is_none() {
+            (key::DEVICE_FREE, F_DEVICE_FREE)
         } else {
-            key::ADDR
+            (key::ADDR, F_ADDR)
         };
-        let addr = match p.get(e, addr_key) {
+        let addr = match field(addr_field) {
             Some(a) => self.uint(a, what, addr_key)?,
             None => 0,
         };
-        let size = match p.get(e, key::SIZE) {
+        let size = match field(F_SIZE) {
             Some(s) => self.uint(s, what, key::SIZE)?,
             None if matches!(action, Action::Snapshot | Action::Other) => 0,
             None => return Err(self.err(format!("{what} has no `size`"))),
         };
-        let stream = self.stream(e);
-        let time_us = p.get(e, key::TIME_US).and_then(|t| self.descriptive_int(t));
-        let stack = match p.get(e, key::FRAMES) {
+        let stream = self.stream_of(field(F_STREAM));
+        let time_us = field(F_TIME_US).and_then(|t| self.descriptive_int(t));
+        let stack = match field(F_FRAMES) {
             Some(f) => self.stack(f, what)?,
             None => StackId::EMPTY,
         };
-        let compile_context = self.label(e, key::COMPILE_CONTEXT);
-        let user_metadata = self.label(e, key::USER_METADATA);
+        let compile_context = self.label(field(F_COMPILE_CONTEXT));
+        let user_metadata = self.label(field(F_USER_METADATA));
         Ok(TraceEntry {
             action,
             addr,
@@ -691,14 +752,21 @@ impl<'a> Converter<'a> {
     }
 
     /// An optional free-text field, with PyTorch's placeholders (`N/A`, empty) read as absent.
-    fn label(&mut self, dict: Value, key: &str) -> Option<String> {
-        let v = self.p.get(dict, key)?;
+    fn label(&mut self, v: Option<Value>) -> Option<Label> {
+        let v = v?;
         let Value::Str(id) = v else { return None };
         if let Some(cached) = self.st.strings_seen.get(&id) {
             return cached.clone();
         }
         let s = self.p.str(v).unwrap_or_default();
-        let out = (!s.is_empty() && s != "N/A").then(|| s.to_owned());
+        let out = (!s.is_empty() && s != "N/A").then(|| match self.st.labels.get(s) {
+            Some(l) => l.clone(),
+            None => {
+                let l = Label::from(s);
+                self.st.labels.insert(l.clone());
+                l
+            }
+        });
         self.st.strings_seen.insert(id, out.clone());
         out
     }
@@ -980,7 +1048,7 @@ mod tests {
     fn descriptive_fields_out_of_range_are_kept_or_left_empty() {
         // 2^64 − 1, as PyTorch 2.6 writes the line of some `torch.compile` frames: kept as -1.
         let s = load_bytes(&entry_with(&|w| w.uint(u64::MAX))).unwrap();
-        let e = &s.traces[0][0];
+        let e = s.traces[0].get(0).unwrap();
         assert_eq!(s.frames.frame(s.frames.stack(e.stack)[0]).line, -1);
         assert_eq!((e.stream, e.time_us), (u64::MAX, Some(-1)));
         assert_eq!(e.addr, u64::MAX - 4095, "addresses use all 64 bits");
@@ -991,7 +1059,7 @@ mod tests {
             &|w: &mut PickleWriter| w.none(),
         ] {
             let s = load_bytes(&entry_with(odd)).unwrap();
-            let e = &s.traces[0][0];
+            let e = s.traces[0].get(0).unwrap();
             assert_eq!(s.frames.frame(s.frames.stack(e.stack)[0]).line, 0);
             assert_eq!((e.stream, e.time_us), (0, None));
         }

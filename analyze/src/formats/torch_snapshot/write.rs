@@ -45,7 +45,7 @@ pub fn to_pickle(s: &Snapshot) -> Vec<u8> {
     for trace in &s.traces {
         w.begin_list();
         for e in trace {
-            write_entry(&mut w, s, &mut memo, e);
+            write_entry(&mut w, s, &mut memo, &e);
         }
         w.end_list();
     }

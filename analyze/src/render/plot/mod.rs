@@ -25,7 +25,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::error::{Error, Result};
 
 pub use self::bars::{Bar, StackedBars};
-pub use self::timeline::{decimate_minmax, lighten, Band, HLine, Marker, Series, TimelineChart};
+pub use self::timeline::{
+    decimate_minmax, lighten, Band, Decimator, HLine, Marker, Series, TimelineChart,
+};
 
 /// The font family every chart uses; registered by [`register_fonts`].
 pub const FONT: &str = "sans-serif";

@@ -10,41 +10,92 @@ use super::{draw_err, grid_style, nice_max, Area, Chart, Frame, FONT};
 /// Keep at most about `2 * buckets` points of a series sorted by x, keeping each bucket's
 /// minimum and maximum so peaks survive.
 pub fn decimate_minmax(points: &[(f64, f64)], buckets: usize) -> Vec<(f64, f64)> {
-    if points.len() <= 2 * buckets.max(1) {
-        return points.to_vec();
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return Vec::new();
+    };
+    let mut d = Decimator::new(first.0, last.0, points.len(), buckets);
+    for &p in points {
+        d.push(p);
     }
-    let (x0, x1) = (points[0].0, points[points.len() - 1].0);
-    let width = (x1 - x0) / buckets as f64;
-    if width <= 0.0 || !width.is_finite() {
-        return points.to_vec();
+    d.finish()
+}
+
+/// [`decimate_minmax`] of a series whose points come one at a time, so that a series of millions
+/// of points is never held: given its first and last x and its length beforehand, it keeps the
+/// same points.
+pub struct Decimator {
+    x0: f64,
+    /// Bucket width; `None` keeps every point (a short series, or one without width).
+    width: Option<f64>,
+    out: Vec<(f64, f64)>,
+    /// The bucket being filled: its number, and its lowest, highest and last point, each with
+    /// its index in the series.
+    bucket: Option<(f64, Kept, Kept, Kept)>,
+    next: usize,
+}
+
+type Kept = (usize, (f64, f64));
+
+impl Decimator {
+    /// A series of `len` points from x `x0` to `x1`, decimated into `buckets` buckets.
+    pub fn new(x0: f64, x1: f64, len: usize, buckets: usize) -> Decimator {
+        let width = (x1 - x0) / buckets as f64;
+        let decimate = len > 2 * buckets.max(1) && width > 0.0 && width.is_finite();
+        Decimator {
+            x0,
+            width: decimate.then_some(width),
+            out: Vec::with_capacity(if decimate { 2 * buckets + 2 } else { len }),
+            bucket: None,
+            next: 0,
+        }
     }
-    let mut out = Vec::with_capacity(2 * buckets + 2);
-    let mut i = 0;
-    while i < points.len() {
-        let b = ((points[i].0 - x0) / width).floor();
-        let mut j = i;
-        let (mut lo, mut hi) = (i, i);
-        while j < points.len() && ((points[j].0 - x0) / width).floor() == b {
-            if points[j].1 < points[lo].1 {
-                lo = j;
+
+    pub fn push(&mut self, p: (f64, f64)) {
+        let Some(width) = self.width else {
+            self.out.push(p);
+            return;
+        };
+        let i = self.next;
+        self.next += 1;
+        let b = ((p.0 - self.x0) / width).floor();
+        if let Some((bucket, lo, hi, last)) = &mut self.bucket {
+            if *bucket == b {
+                // The first lowest and the first highest, as the points come.
+                if p.1 < lo.1 .1 {
+                    *lo = (i, p);
+                }
+                if p.1 > hi.1 .1 {
+                    *hi = (i, p);
+                }
+                *last = (i, p);
+                return;
             }
-            if points[j].1 > points[hi].1 {
-                hi = j;
-            }
-            j += 1;
+            self.flush();
         }
-        let (a, c) = if lo <= hi { (lo, hi) } else { (hi, lo) };
-        out.push(points[a]);
-        if c != a {
-            out.push(points[c]);
-        }
-        // Keep the bucket's last point so steps end where they should.
-        if j - 1 != c && j - 1 != a {
-            out.push(points[j - 1]);
-        }
-        i = j;
+        self.bucket = Some((b, (i, p), (i, p), (i, p)));
     }
-    out
+
+    /// The bucket's lowest and highest point in series order, and its last point so steps end
+    /// where they should.
+    fn flush(&mut self) {
+        let Some((_, lo, hi, last)) = self.bucket.take() else {
+            return;
+        };
+        let (a, c) = if lo.0 <= hi.0 { (lo, hi) } else { (hi, lo) };
+        self.out.push(a.1);
+        if c.0 != a.0 {
+            self.out.push(c.1);
+        }
+        if last.0 != c.0 && last.0 != a.0 {
+            self.out.push(last.1);
+        }
+    }
+
+    /// The points kept.
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.flush();
+        self.out
+    }
 }
 
 /// A line (optionally filled down to zero) of a [`TimelineChart`].
