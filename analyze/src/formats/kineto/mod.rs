@@ -27,8 +27,9 @@
 //! reader (`reader.rs`), which builds the model as they come; a block's events are read in pieces
 //! side by side, a reader each, taken in order into the trace's (`pieces.rs`). Memory is the model
 //! plus two blocks (more only for one event longer than the gap before a block, up to 64 MiB);
-//! the trace is refused once its model would not fit in the memory allowed ([`Limits`]). The whole text is checked as JSON, nesting of any depth is walked without
-//! recursion, and anything malformed is one error naming the file. What a field means (which
+//! the trace is refused once its model would not fit in the memory allowed ([`Limits`]). The
+//! whole text is checked as JSON, nesting of any depth is walked without recursion, and anything
+//! malformed is one error naming the file. What a field means (which
 //! values count, which make the trace malformed) is what it meant to serde_json, which read these
 //! traces before: `event.rs` says where.
 
