@@ -13,7 +13,9 @@
 //! where a call launched several, as a graph launch does), so that the API table can stream in
 //! order and each call take exactly its kernels from the kernel table as that streams beside
 //! it; kernels met before their call are held until it comes. Rows are joined a batch at a
-//! time, and each batch is encoded on the other threads while the next is joined.
+//! time, and each batch is encoded on the other threads while the next is joined, the tables'
+//! next windows read there too. The count is a pass of its own: each piece's keys counted on
+//! its thread, and the counts merged.
 
 use crate::error::Result;
 use crate::fast_hash::FastMap;
@@ -26,7 +28,9 @@ use crate::render::csv::decimal;
 use crate::render::stream::{encode_rows, CellSink};
 use crate::stats::KernelName;
 
-use super::feed::{fold_all, ints, Decode, Feed};
+use rayon::prelude::*;
+
+use super::feed::{ints, windows, Decode, Feed, Queue};
 use super::{name_columns, pid_tid, read_kernel_name, Columns, Input, Out, Text, BATCH, LAUNCH};
 
 pub(super) const COLUMNS: Columns = Columns {
@@ -120,6 +124,60 @@ impl Bits {
         self.more.get(&corr).copied().unwrap_or(or)
     }
 
+    /// Note `n` more kernels of `corr`.
+    fn add_n(&mut self, corr: i64, n: u32) {
+        let Some((word, mask)) = self.bit(corr) else {
+            *self.more.entry(corr).or_insert(0) += n;
+            return;
+        };
+        if self.words.len() <= word {
+            self.words.resize(word + 1, 0);
+        }
+        if self.words[word] & mask != 0 {
+            *self.more.entry(corr).or_insert(1) += n;
+        } else {
+            self.words[word] |= mask;
+            if n > 1 {
+                self.more.insert(corr, n);
+            }
+        }
+    }
+
+    /// Add the kernels `other` counted: a word at a time where its ids fall in these words
+    /// and it counted each once.
+    fn merge(&mut self, other: Bits) {
+        for (i, &w) in other.words.iter().enumerate() {
+            if w == 0 {
+                continue;
+            }
+            // Bases are multiples of 64: a word of `other` is a word here, or out of reach.
+            let first = other.base + 64 * i as i64;
+            match self.bit(first) {
+                Some((word, _)) if other.more.is_empty() => {
+                    if self.words.len() <= word {
+                        self.words.resize(word + 1, 0);
+                    }
+                    let both = self.words[word] & w;
+                    self.words[word] |= w;
+                    for b in ones(both) {
+                        self.add_n(first + b, 1);
+                    }
+                }
+                _ => {
+                    for b in ones(w) {
+                        let corr = first + b;
+                        self.add_n(corr, other.more(corr, 1));
+                    }
+                }
+            }
+        }
+        for (&corr, &n) in &other.more {
+            if other.bit(corr).is_none() {
+                self.add_n(corr, n);
+            }
+        }
+    }
+
     fn count(&self, corr: i64) -> u32 {
         match self.bit(corr) {
             None => self.more(corr, 0),
@@ -131,7 +189,52 @@ impl Bits {
     }
 }
 
+/// The places of the bits set in `w`, lowest first.
+fn ones(mut w: u64) -> impl Iterator<Item = i64> {
+    std::iter::from_fn(move || {
+        (w != 0).then(|| {
+            let b = w.trailing_zeros();
+            w &= w - 1;
+            i64::from(b)
+        })
+    })
+}
+
 impl Counts {
+    /// The kernels of `keys`, each process's bits starting at its lowest id.
+    fn of(keys: &[Key]) -> Counts {
+        let mut counts = Counts::default();
+        for &(process, corr) in keys {
+            match counts.processes.binary_search_by_key(&process, |p| p.0) {
+                Ok(i) => {
+                    let bits = &mut counts.processes[i].1;
+                    bits.base = bits.base.min(corr & !63);
+                }
+                Err(i) => {
+                    let bits = Bits {
+                        base: corr & !63,
+                        ..Bits::default()
+                    };
+                    counts.processes.insert(i, (process, bits));
+                }
+            }
+        }
+        for &key in keys {
+            counts.add(key);
+        }
+        counts
+    }
+
+    /// Add the kernels `other` counted.
+    fn merge(&mut self, other: Counts) {
+        for (process, bits) in other.processes {
+            match self.processes.binary_search_by_key(&process, |p| p.0) {
+                Ok(i) => self.processes[i].1.merge(bits),
+                Err(i) => self.processes.insert(i, (process, bits)),
+            }
+        }
+    }
+
     fn bits(&self, process: i64) -> Option<&Bits> {
         let i = self
             .processes
@@ -152,19 +255,7 @@ impl Counts {
                 i
             }
         };
-        let b = &mut self.processes[i].1;
-        let Some((word, mask)) = b.bit(corr) else {
-            *b.more.entry(corr).or_insert(0) += 1;
-            return;
-        };
-        if b.words.len() <= word {
-            b.words.resize(word + 1, 0);
-        }
-        if b.words[word] & mask != 0 {
-            *b.more.entry(corr).or_insert(1) += 1;
-        } else {
-            b.words[word] |= mask;
-        }
+        self.processes[i].1.add_n(corr, 1);
     }
 
     /// The kernels of `key`.
@@ -245,16 +336,32 @@ fn dims(buf: &mut [u8; 80], xyz: [i64; 3]) -> &str {
     std::str::from_utf8(&buf[..at]).unwrap_or_default()
 }
 
-/// The kernels of each key of an export, from a pass over two columns of the kernel table.
+/// The kernels of each key of an export, from a pass over two columns of the kernel table:
+/// each piece's keys counted on its thread, the counts merged a word of bits at a time.
 fn count_export(export: &Export) -> Result<Counts> {
     let mut counts = Counts::default();
-    let key = |r: &ScanRow<'_, '_>| {
+    let key = |v: &mut Vec<Key>, r: &ScanRow<'_, '_>| {
         let [process, corr] = ints(r, 0)?;
-        Ok(process.zip(corr))
+        v.extend(process.zip(corr));
+        Ok(())
     };
-    fold_all(export, KERNEL, &[GLOBAL_PID, CORRELATION_ID], key, |k| {
-        counts.add(k)
-    })?;
+    windows(
+        export,
+        KERNEL,
+        &[GLOBAL_PID, CORRELATION_ID],
+        Vec::new,
+        key,
+        |pieces| {
+            let window = pieces.par_iter().map(|keys| Counts::of(keys)).reduce(
+                Counts::default,
+                |mut a, b| {
+                    a.merge(b);
+                    a
+                },
+            );
+            counts.merge(window);
+        },
+    )?;
     Ok(counts)
 }
 
@@ -335,7 +442,7 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
     // calls claim their kernels.
     let launched = counted.clone();
     let call = |r: &ScanRow<'_, '_>| Ok(call_row(r)?.filter(|c| launched.count(c.key) > 0));
-    let (calls, kernels, counts) = match input {
+    let (mut calls, mut kernels, counts) = match input {
         Input::Export(export, _) => {
             let kernel_columns: Vec<&str> = [GLOBAL_PID, CORRELATION_ID, START, END, DEVICE_ID]
                 .iter()
@@ -360,69 +467,114 @@ pub(super) fn write(input: &Input<'_>, names: KernelName, out: &mut Out<'_>) -> 
         Input::Loaded(trace) => loaded(trace, names),
     };
     let mut join = Join {
-        calls,
-        kernels,
         counts,
         early: FastMap::default(),
+        pending: None,
     };
     let text = input.text();
     let encoder = out.sink.encoder();
     let (mut ready, mut next) = (Vec::with_capacity(BATCH), Vec::with_capacity(BATCH));
     let mut parts = Vec::new();
+    // Whether every call has been read, and every kernel.
+    let (mut calls_done, mut kernels_done) = (false, false);
     loop {
-        // While the rows joined last are encoded on the pool, the next are joined here.
+        if calls_done && ready.is_empty() {
+            return Ok(());
+        }
+        // While the rows joined last are encoded on the pool, the next are joined there from
+        // the windows read, and the tables' next windows are read here (an export is read
+        // from one thread).
         let mut encoded = 0;
-        let joined = rayon::in_place_scope(|s| {
+        let mut dry = None;
+        rayon::in_place_scope(|s| {
             s.spawn(|_| {
                 let done = encode_rows(&encoder, &ready, &mut parts, |(call, k), c| {
                     row(&text, call, k, c)
                 });
                 encoded = done.len();
             });
-            join.batch(&mut next)
+            if calls_done {
+                return;
+            }
+            let (call_reader, call_queue) = calls.parts();
+            let (kernel_reader, kernel_queue) = kernels.parts();
+            let (join, next, dry) = (&mut join, &mut next, &mut dry);
+            s.spawn(move |_| {
+                *dry = Some(join.batch(call_queue, kernel_queue, !kernels_done, next))
+            });
+            call_reader.read_ahead();
+            kernel_reader.read_ahead();
         });
         out.write_parts(&mut parts[..encoded])?;
-        joined?;
-        if next.is_empty() {
-            return Ok(());
+        match dry {
+            Some(Dry::Calls) => calls_done = !calls.refill()?,
+            Some(Dry::Kernels) => kernels_done = !kernels.refill()?,
+            _ => {}
         }
         std::mem::swap(&mut ready, &mut next);
         next.clear();
     }
 }
 
-/// The calls and kernels of an input joined in the report's order.
-struct Join<'a, C, K> {
-    calls: Feed<'a, Call, C>,
-    kernels: Feed<'a, Launched, K>,
+/// Which records a batch ran out of.
+enum Dry {
+    /// Neither: the batch is full.
+    No,
+    Calls,
+    Kernels,
+}
+
+/// What joins the calls and kernels of an input in the report's order.
+struct Join {
     /// The kernels of each key not yet taken by a call.
     counts: Counts,
     /// Kernels read before their call, by key.
     early: FastMap<Key, Vec<Launched>>,
+    /// The call whose kernels were being taken when the kernels read ran out: the call, how
+    /// many it has, how many it has taken.
+    pending: Option<(Call, usize, usize)>,
 }
 
-impl<C: Decode<Call>, K: Decode<Launched>> Join<'_, C, K> {
-    /// The next rows, [`BATCH`] or a few more (a call's kernels stay together), into `rows`;
-    /// none once every call has been read.
-    fn batch(&mut self, rows: &mut Vec<(Call, Launched)>) -> Result<()> {
+impl Join {
+    /// The next rows into `rows`, until there are [`BATCH`] or the calls or kernels read run
+    /// out; `more_kernels` says whether the kernel table has any left to read.
+    fn batch(
+        &mut self,
+        calls: &mut Queue<Call>,
+        kernels: &mut Queue<Launched>,
+        more_kernels: bool,
+        rows: &mut Vec<(Call, Launched)>,
+    ) -> Dry {
         while rows.len() < BATCH {
-            let Some(call) = self.calls.pop()? else {
-                return Ok(());
-            };
-            let n = self.counts.take(call.key) as usize;
-            if n == 0 {
-                continue;
-            }
-            let mut taken = 0;
-            // Hashed only while kernels wait: most come right after their call's kernels.
-            if !self.early.is_empty() {
-                if let Some(met) = self.early.remove(&call.key) {
-                    taken = met.len();
-                    rows.extend(met.into_iter().map(|k| (call, k)));
+            let (call, n, mut taken) = match self.pending.take() {
+                Some(pending) => pending,
+                None => {
+                    let Some(call) = calls.pop() else {
+                        return Dry::Calls;
+                    };
+                    let n = self.counts.take(call.key) as usize;
+                    if n == 0 {
+                        continue;
+                    }
+                    let mut taken = 0;
+                    // Hashed only while kernels wait: most come right after their call's kernels.
+                    if !self.early.is_empty() {
+                        if let Some(met) = self.early.remove(&call.key) {
+                            taken = met.len();
+                            rows.extend(met.into_iter().map(|k| (call, k)));
+                        }
+                    }
+                    (call, n, taken)
                 }
-            }
+            };
             while taken < n {
-                let Some(k) = self.kernels.pop()? else { break };
+                let Some(k) = kernels.pop() else {
+                    if !more_kernels {
+                        break;
+                    }
+                    self.pending = Some((call, n, taken));
+                    return Dry::Kernels;
+                };
                 if k.key == call.key {
                     rows.push((call, k));
                     taken += 1;
@@ -431,7 +583,7 @@ impl<C: Decode<Call>, K: Decode<Launched>> Join<'_, C, K> {
                 }
             }
         }
-        Ok(())
+        Dry::No
     }
 }
 
@@ -458,6 +610,46 @@ mod tests {
         // Below the first id seen.
         counts.add((p, 1));
         assert_eq!(counts.take((p, 1)), 1);
+    }
+
+    #[test]
+    fn counts_of_pieces_merge_into_the_counts_of_all() {
+        let p = 0x0100_0000_0a00_0000; // a global pid
+        let q = p + (1 << 24);
+        let keys: Vec<Key> = [
+            (p, 700),
+            (p, 5),
+            (p, 6),
+            (q, 5),
+            (p, 6),
+            (p, 1 << 40),
+            (p, 3),
+            (p, 700),
+            (q, 5),
+            (p, 64),
+            (p, 63),
+            (p, 6),
+            (p, -2),
+        ]
+        .to_vec();
+        let mut whole = Counts::default();
+        for &k in &keys {
+            whole.add(k);
+        }
+        let mut probes: Vec<Key> = keys.clone();
+        probes.extend([(p, 4), (p, 62), (p, 128), (q, 6), (q + (1 << 24), 5)]);
+        for size in 1..=keys.len() {
+            let mut merged = Counts::default();
+            for piece in keys.chunks(size) {
+                merged.merge(Counts::of(piece));
+            }
+            for &k in &probes {
+                assert_eq!(merged.count(k), whole.count(k), "{k:?} in pieces of {size}");
+            }
+            assert_eq!(merged.take((p, 6)), 3);
+            assert_eq!(merged.take((p, 6)), 0);
+            assert_eq!(merged.take((p, 700)), 2);
+        }
     }
 
     #[test]
