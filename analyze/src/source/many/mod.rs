@@ -256,18 +256,8 @@ enum Reading {
 /// A trace with `trace`'s source and strings and no records.
 fn shell(trace: &Trace) -> Trace {
     Trace {
-        source: trace.source.clone(),
         strings: trace.strings.clone(),
-        kernels: Vec::new(),
-        api_calls: Vec::new(),
-        ranges: Vec::new(),
-        open_ranges: Vec::new(),
-        marks: Vec::new(),
-        mem_ops: Vec::new(),
-        ops: Default::default(),
-        graph_execs: Vec::new(),
-        gpus: Vec::new(),
-        thread_names: HashMap::new(),
+        ..Trace::empty(trace.source.clone())
     }
 }
 
