@@ -356,24 +356,17 @@ fn a_run_streamed_profiles_as_the_run_loaded_whole() {
 #[test]
 fn report_groups_files_by_the_ranks_they_record() {
     let dir = tempfile::tempdir().unwrap();
-    let copy = |from: &PathBuf, to: &str, inflate: bool| {
-        let bytes = std::fs::read(from).unwrap();
-        let bytes = if inflate {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&bytes[..])
-                .read_to_end(&mut out)
-                .unwrap();
-            out
-        } else {
-            bytes
-        };
-        std::fs::write(dir.path().join(to), bytes).unwrap();
-    };
     let (kineto, nsys) = (files(KINETO_SLOW), files(NSYS_SLOW));
-    copy(&kineto[0], "host-a_4711.1700000000.pt.trace.json.gz", false);
-    copy(&kineto[1], "host-b_4712.1700000001.pt.trace.json.gz", false);
-    copy(&nsys[0], "node-a.sqlite", true);
-    copy(&nsys[1], "node-b.sqlite", true);
+    for (from, to) in kineto.iter().zip([
+        "host-a_4711.1700000000.pt.trace.json.gz",
+        "host-b_4712.1700000001.pt.trace.json.gz",
+    ]) {
+        std::fs::copy(from, dir.path().join(to)).unwrap();
+    }
+    for (from, to) in nsys.iter().zip(["node-a.sqlite", "node-b.sqlite"]) {
+        let rel = from.strip_prefix(common::fixture("")).unwrap();
+        common::unpacked(rel.to_str().unwrap(), dir.path(), to);
+    }
     let report = report_json(dir.path());
     let traces = report["inputs"]["traces"].as_array().unwrap();
     assert_eq!(traces.len(), 2, "{traces:?}");

@@ -168,12 +168,13 @@ pub fn rank_runs(
                 .push((rank, f.clone()));
         }
     }
-    // Each recorded run by its first file.
-    let mut recorded_runs: HashMap<PathBuf, Vec<PathBuf>> = HashMap::new();
+    // The recorded runs, and the run each of their files is in.
+    let mut recorded_runs: Vec<Option<Vec<PathBuf>>> = Vec::new();
+    let mut run_of: HashMap<PathBuf, usize> = HashMap::new();
     for ((_, world), mut set) in by_record {
         set.sort();
         let n = set.iter().map(|s| s.0).collect::<BTreeSet<_>>().len();
-        let m = set.len() / n.max(1);
+        let m = set.len() / n;
         let whole = n >= 2
             && world.is_none_or(|w| w as usize == n)
             && set.len() == n * m
@@ -183,26 +184,27 @@ pub fn rank_runs(
         }
         for j in 0..m {
             let run: Vec<PathBuf> = (0..n).map(|r| set[r * m + j].1.clone()).collect();
-            let first = run.iter().min().expect("n ≥ 2").clone();
-            recorded_runs.insert(first, run);
+            for f in &run {
+                run_of.insert(f.clone(), recorded_runs.len());
+            }
+            recorded_runs.push(Some(run));
         }
     }
-    let in_recorded: BTreeSet<PathBuf> = recorded_runs.values().flatten().cloned().collect();
     let mut out = Vec::new();
     let mut placed: BTreeSet<PathBuf> = BTreeSet::new();
     for f in files {
         if placed.contains(&f) {
             continue;
         }
-        if let Some(set) = key(&f).and_then(|(k, _)| sets.remove(&k)) {
-            placed.extend(set.iter().map(|s| s.1.clone()));
-            out.push(set.into_iter().map(|s| s.1).collect());
-        } else if let Some(run) = recorded_runs.remove(&f) {
-            placed.extend(run.iter().cloned());
-            out.push(run);
-        } else if !in_recorded.contains(&f) {
-            out.push(vec![f]);
-        }
+        let run = match key(&f).and_then(|(k, _)| sets.remove(&k)) {
+            Some(set) => set.into_iter().map(|s| s.1).collect(),
+            None => match run_of.get(&f) {
+                Some(&i) => recorded_runs[i].take().expect("a run is placed once"),
+                None => vec![f],
+            },
+        };
+        placed.extend(run.iter().cloned());
+        out.push(run);
     }
     out
 }
