@@ -7,7 +7,9 @@
 #   scripts/bench/fuzz.sh [CASES] [SEED] [PARSER...]
 #
 # CASES per parser (default 1,000,000), in chunks of 50,000 so counts show as they come; SEED of
-# the campaign (default 1); PARSER among nsys, kineto, pickle, gzip (default all). FUZZ_THREADS
+# the campaign (default 1); PARSER among nsys, kineto, pickle, snapshot, gzip, many (default all:
+# snapshot builds snapshots field by field where pickle changes the bytes of real ones; many
+# profiles and exports to Parquet folders of mutated rank files). FUZZ_THREADS
 # sets the worker threads (default 2); FUZZ_START the number of the first case (default 0), so
 # that a campaign cut short goes on where it stopped. A case is replayed alone with
 #   FUZZ_SEED=S FUZZ_FIRST=N FUZZ_CASES=1 cargo test --release --test integration fuzz_PARSER
@@ -25,7 +27,7 @@ SEED=${2:-1}
 shift $(($# < 2 ? $# : 2))
 PARSERS=("$@")
 if [[ ${#PARSERS[@]} -eq 0 ]]; then
-    PARSERS=(nsys kineto pickle gzip)
+    PARSERS=(nsys kineto pickle snapshot gzip many)
 fi
 CHUNK=${FUZZ_CHUNK:-50000}
 START=${FUZZ_START:-0}

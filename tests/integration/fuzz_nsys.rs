@@ -74,7 +74,7 @@ fn cut(fixture: &str, keep_one_in: u32) -> Vec<u8> {
     std::fs::read(&db).unwrap()
 }
 
-fn bases() -> &'static [Vec<u8>] {
+pub(crate) fn bases() -> &'static [Vec<u8>] {
     static BASES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     BASES.get_or_init(|| {
         vec![
@@ -228,7 +228,7 @@ fn relax(conn: &Connection, table: &str) {
     ));
 }
 
-fn mutate(rng: &mut Rng, conn: &Connection) {
+pub(crate) fn mutate(rng: &mut Rng, conn: &Connection) {
     let Some(table) = pick_table(rng, conn) else {
         return;
     };
@@ -356,7 +356,7 @@ fn mutate(rng: &mut Rng, conn: &Connection) {
 }
 
 /// Damage the file itself: bytes changed in a page, or the file cut short.
-fn damage(rng: &mut Rng, path: &Path) {
+pub(crate) fn damage(rng: &mut Rng, path: &Path) {
     let Ok(mut data) = std::fs::read(path) else {
         return;
     };
