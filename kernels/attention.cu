@@ -262,3 +262,17 @@ __device__ void move_heads_vec_body(const T* src, T* dst, int B, int Tn, int H, 
     extern "C" __global__ void tokens_to_heads_vec_##S(const T* src, T* dst, int B, int Tn, int H, int dh) { \
         move_heads_vec_body<false, T>(src, dst, B, Tn, H, dh); }
 FOR_ACT_TYPES(ATTENTION_VEC_KERNELS)
+
+// A head widened to a kernel's width, or cut back: `rows` rows of `width` 16-byte vectors from
+// `src` (rows `src_pitch` vectors apart) to `dst` (rows `dst_pitch` vectors apart), and zeros in
+// the `dst_pitch - width` vectors after each row (none when cutting back, dst_pitch == width).
+// One pass over the destination in place of a memset and a strided copy; rows * dst_pitch under
+// 2^32, both buffers 16-byte aligned.
+extern "C" __global__ void copy_rows_x16(const uint4* src, uint4* dst, unsigned rows, unsigned src_pitch,
+                                         unsigned width, unsigned dst_pitch) {
+    const unsigned n = rows * dst_pitch;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned r = i / dst_pitch, c = i - r * dst_pitch;
+        dst[i] = c < width ? src[(size_t)r * src_pitch + c] : make_uint4(0u, 0u, 0u, 0u);
+    }
+}

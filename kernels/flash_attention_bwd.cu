@@ -3,11 +3,11 @@
 // files in flash_common.cuh).
 //
 // From Q, K, V, O, dO and L (the forward's logsumexp of the scaled scores, natural log):
-//   Delta = rowsum(dO * O)                                  (flash_bwd_preprocess)
+//   Delta = rowsum(dO * O), dq_accum = 0                    (flash_bwd_preprocess)
 //   P = exp(scale * Q K^T - L)  (recomputed; causal and sequence masks as in the forward)
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dK = scale * dS^T Q,  dQ = scale * dS K
 // Q, K, V, O, dO, dK, dV: [BH, T, D] row-major, contiguous, 16-byte aligned, all bf16 or all fp32;
-// L, Delta: [BH, T] fp32; dq_accum: [BH, T, D] fp32, zeroed by the caller, accumulated with
+// L, Delta: [BH, T] fp32; dq_accum: [BH, T, D] fp32, zeroed by the preprocess, accumulated with
 // atomics (for fp32 it is dQ itself; for bf16 flash_dq_convert_bf16 turns it into dQ). D in {16,
 // 32, 64, 128}; any T >= 1 (rows past T zero-filled on load, masked, never written).
 //
@@ -25,8 +25,8 @@
 // memory, dQ by atomicAdd.
 //
 // Launch contract:
-//   flash_bwd_preprocess_<S>_d<D>(o, dout, delta, seq): grid = (ceil(seq / 64), BH), block = 256,
-//       no dynamic shared memory.
+//   flash_bwd_preprocess_<S>_d<D>(o, dout, delta, dq_accum, seq): grid = (ceil(seq / 64), BH),
+//       block = 256, no dynamic shared memory; writes Delta and zeroes dq_accum (16-byte aligned).
 //   flash_bwd_<S>_d<D>(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, scale, causal):
 //       grid = (BH, ceil(seq / BC)) (extra blocks in y return at once), block = threads, smem bytes:
 //     kernel               BC   BR  threads  smem bytes
@@ -43,7 +43,7 @@
 //   fp32 smem = 4 * (4 * 64 * (D + 1) + 2 * 64 * 68 + 128). Both are F32Smem / Bf16Smem below.
 //   flash_dq_convert_bf16(dq_accum, dq, n): fp32 -> bf16 (round to nearest even) of n elements, any
 //       grid (e.g. 1024 blocks), block 256, grid-stride loop; 16-byte aligned pointers.
-// A whole backward: zero dq_accum; preprocess; bwd; (bf16) dq_convert.
+// A whole backward: preprocess; bwd; (bf16) dq_convert.
 
 #include "flash_common.cuh"
 
@@ -72,7 +72,7 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b, bf16_t) {
 
 template <typename T, int D>
 __device__ __forceinline__ void preprocess(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
-                                           int seq) {
+                                           float* __restrict__ dq_accum, int seq) {
     constexpr int C = D * (int)sizeof(T) / 16;               // lanes per row
     constexpr int SLOTS = 256 / C, PASSES = (PRE_ROWS + SLOTS - 1) / SLOTS;  // rows per pass, passes
     static_assert(C >= 2 && C <= 32, "row of 2 to 32 16-byte chunks");
@@ -91,6 +91,10 @@ __device__ __forceinline__ void preprocess(const T* __restrict__ o, const T* __r
         for (int m = 1; m < C; m <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
         if (ok && c == 0) delta[head + row] = acc;
     }
+    // The block's rows of dq_accum zeroed, for the backward to accumulate into (no memset).
+    const int r0 = blockIdx.x * PRE_ROWS, n4 = min(PRE_ROWS, seq - r0) * (D / 4);
+    float4* dq = reinterpret_cast<float4*>(dq_accum + (head + r0) * D);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,8 +474,9 @@ __device__ __forceinline__ void bwd_f32(const float* __restrict__ q, const float
 }  // namespace flash_bwd
 
 #define FLASH_BWD_PRE(S, T, D)                                                                                    \
-    extern "C" __global__ void flash_bwd_preprocess_##S##_d##D(const T* o, const T* dout, float* delta, int seq) { \
-        flash_bwd::preprocess<T, D>(o, dout, delta, seq);                                                          \
+    extern "C" __global__ void flash_bwd_preprocess_##S##_d##D(const T* o, const T* dout, float* delta,          \
+                                                               float* dq_accum, int seq) {                       \
+        flash_bwd::preprocess<T, D>(o, dout, delta, dq_accum, seq);                                                \
     }
 FLASH_BWD_PRE(bf16, bf16_t, 16)
 FLASH_BWD_PRE(bf16, bf16_t, 32)

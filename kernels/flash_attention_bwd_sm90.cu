@@ -8,7 +8,7 @@
 //   P = exp(scale * Q K^T - L) (recomputed, causal and sequence masks as in the forward),
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dK = scale * dS^T Q,  dQ = scale * dS K.
 // Q, K, V, dO, dK, dV: [BH, T, D] bf16 row-major, contiguous, 16-byte aligned; L, Delta: [BH, T]
-// fp32; dq_accum: [BH, T, D] fp32, zeroed by the caller, accumulated with vector reductions
+// fp32; dq_accum: [BH, T, D] fp32, zeroed by the preprocess, accumulated with vector reductions
 // (red.global.add.v2.f32). D in {16, 32, 64, 128}; any T >= 1 (rows past T zero-filled on load,
 // masked, never written).
 //
@@ -54,7 +54,8 @@
 //     flash_bwd_sm90_bf16_d128  128  64   256     166912   (*)
 //   (*) over 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it before launching.
 //   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 1024 (Sm90Bwd).
-// A whole backward: zero dq_accum; flash_bwd_preprocess_bf16_d<D>; this; flash_dq_convert_bf16.
+// A whole backward: flash_bwd_preprocess_bf16_d<D> (Delta, dq_accum zeroed); this;
+// flash_dq_convert_bf16.
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "flash_attention_bwd_sm90.cu needs --gpu-architecture=sm_90a"

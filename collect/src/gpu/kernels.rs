@@ -287,6 +287,7 @@ mod tests {
             "rope_bwd_vec_f32",
             "heads_to_tokens_vec_bf16",
             "tokens_to_heads_vec_f32",
+            "copy_rows_x16",
         ]
         .into_iter()
         .chain(flash::LAUNCHES.iter().map(|l| l.name))

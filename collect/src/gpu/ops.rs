@@ -381,6 +381,40 @@ impl Runtime {
         Ok(())
     }
 
+    /// `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
+    /// `dst_pitch` bytes apart) and zeros in the rest of each destination row: a head widened
+    /// to a kernel's width, or cut back (`dst_pitch == width`). One pass over `dst`
+    /// (`copy_rows_x16`) when the pointers, pitches and width are multiples of 16 bytes; a
+    /// memset and a strided copy otherwise.
+    pub fn copy_rows_zero_fill(
+        &self,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        debug_assert!(width <= dst_pitch && width <= src_pitch);
+        let aligned = [dst as usize, src as usize, dst_pitch, src_pitch, width]
+            .iter()
+            .all(|x| x.is_multiple_of(16));
+        let vectors = (dst_pitch / 16)
+            .checked_mul(rows)
+            .filter(|&n| aligned && u32::try_from(n).is_ok());
+        if let Some(n) = vectors {
+            launch!(self, "copy_rows_x16", self.stride_grid(n), (THREADS, 1, 1);
+                src, dst, rows as u32, (src_pitch / 16) as u32, (width / 16) as u32,
+                (dst_pitch / 16) as u32);
+            return Ok(());
+        }
+        if width < dst_pitch {
+            self.gpu.memset_zero(dst, dst_pitch * rows)?;
+        }
+        self.gpu
+            .copy_rows(dst, dst_pitch, src, src_pitch, width, rows)
+    }
+
     pub fn heads_to_tokens(&self, act: DType, src: u64, dst: u64, s: AttnShape) -> Result<()> {
         self.move_heads("heads_to_tokens", act, src, dst, s)
     }
@@ -507,9 +541,9 @@ impl Runtime {
 
     /// FlashAttention-2 backward: `dq`, `dk`, `dv` from `q`, `k`, `v`, the forward's `o` and
     /// `lse`, and `dout` (all head-major `[BH, T, d]` in the activation type but `lse`). The
-    /// caller's scratch: `delta` (fp32 `[BH, T]`) and `dq_accum` (fp32 `[BH, T, d]`, zeroed here;
-    /// in fp32 it is `dq` itself, and `dq` is not written). In bf16 `dq_accum` is rounded into
-    /// `dq` at the end.
+    /// caller's scratch: `delta` (fp32 `[BH, T]`) and `dq_accum` (fp32 `[BH, T, d]`, zeroed by the
+    /// preprocess; in fp32 it is `dq` itself, and `dq` is not written). In bf16 `dq_accum` is
+    /// rounded into `dq` at the end.
     #[allow(clippy::too_many_arguments)]
     pub fn flash_attention_backward(
         &self,
@@ -520,10 +554,9 @@ impl Runtime {
         causal: bool,
     ) -> Result<()> {
         let n = s.bh * s.seq * s.d;
-        self.gpu.memset_zero(io.dq_accum, n * 4)?;
         let pre = self.flash_launch(FlashFamily::Preprocess, act, s.d)?;
         launch!(self, pre.name, s.grid(pre, true), (pre.block, 1, 1), pre.smem;
-            io.o, io.dout, io.delta, s.seq as i32);
+            io.o, io.dout, io.delta, io.dq_accum, s.seq as i32);
         let l = self.flash_kernel(FlashFamily::BackwardSm90, FlashFamily::Backward, act, s.d)?;
         launch!(self, l.name, s.grid(l, false), (l.block, 1, 1), l.smem;
             io.q, io.k, io.v, io.dout, io.lse, io.delta, io.dk, io.dv, io.dq_accum,

@@ -371,11 +371,9 @@ impl AttentionCore<'_> {
     fn padded(&self, x: &Buffer, fs: FlashShape) -> Result<Buffer> {
         let a = self.act.bytes();
         let p = self.alloc("attn.padded", self.act, fs.bh * fs.seq * fs.d)?;
-        self.rt.gpu.memset_zero(p.ptr(), p.bytes())?;
         let (dh, rows) = (self.shape.d_head, fs.bh * fs.seq);
         self.rt
-            .gpu
-            .copy_rows(p.ptr(), fs.d * a, x.ptr(), dh * a, dh * a, rows)?;
+            .copy_rows_zero_fill(p.ptr(), fs.d * a, x.ptr(), dh * a, dh * a, rows)?;
         Ok(p)
     }
 
@@ -385,8 +383,7 @@ impl AttentionCore<'_> {
         let out = self.alloc(frame, self.act, self.shape.elements())?;
         let (dh, rows) = (self.shape.d_head, fs.bh * fs.seq);
         self.rt
-            .gpu
-            .copy_rows(out.ptr(), dh * a, x.ptr(), fs.d * a, dh * a, rows)?;
+            .copy_rows_zero_fill(out.ptr(), dh * a, x.ptr(), fs.d * a, dh * a, rows)?;
         Ok(out)
     }
 
