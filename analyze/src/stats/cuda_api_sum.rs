@@ -28,12 +28,10 @@ pub fn display_name(name: &str) -> &str {
 /// The rows of `cuda_api_sum`, from the calls' durations gathered per function in the order the
 /// functions first occur.
 pub fn rows(trace: &Trace, gathered: &Gathered) -> Vec<TimeRow> {
-    let mut rows = TimeRow::from_summaries(gathered.functions.iter().filter_map(|(name, d)| {
-        Some((
-            display_name(trace.name(*name)).to_owned(),
-            d.clone().summary()?,
-        ))
-    }));
+    let mut rows =
+        TimeRow::from_summaries(gathered.functions.iter().filter_map(|(name, d)| {
+            Some((display_name(trace.name(*name)).to_owned(), d.summary()?))
+        }));
     // Equal totals keep the order of first occurrence.
     rows.sort_by_key(|r| std::cmp::Reverse(r.summary.total));
     rows

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::attribution::ranges::Enclosure;
 use crate::error::Result;
-use crate::model::trace::Trace;
+use crate::model::trace::{Range, Trace};
 use crate::render::Document;
 use crate::render::Table;
 use crate::source::loaded::LoadedSource;
@@ -19,8 +19,8 @@ use super::attribution::{all_ranges, Labels};
 use super::gather::{ApiChunk, Gathered, Gatherer, KernelChunk, Work};
 use super::{assemble, needs, reads_ranges, tables, trace, Missing, Report};
 
-/// Bytes kept per kernel and per API call while streaming (durations as `u32`, and the index of
-/// correlation ids), with room for the reports' copies.
+/// Bytes budgeted per kernel and per API call while streaming, for the memory check: the index
+/// of correlation ids, with room to spare (durations are kept per distinct value, not per row).
 const PER_KERNEL: u64 = 16;
 const PER_CALL: u64 = 8;
 
@@ -130,11 +130,36 @@ fn source_reports<S: TraceSource>(
     trace: &mut Trace,
     kinds: &[Report],
 ) -> Result<Vec<std::result::Result<Table, Missing>>> {
-    let needs = needs(kinds);
-    let ranges = all_ranges(trace).into_owned();
+    // The ranges are lent out of the trace while its names are resolved, not copied, unless
+    // open ones join them.
+    let lent = trace.open_ranges.is_empty();
+    let ranges = if lent {
+        std::mem::take(&mut trace.ranges)
+    } else {
+        all_ranges(trace).into_owned()
+    };
     let labels = Labels::new(trace, &ranges);
+    let gathered = gather(source, trace, &ranges, &labels, kinds);
+    let mut owned = Some(ranges);
+    if lent {
+        trace.ranges = owned.take().unwrap_or_default();
+    }
+    let ranges = owned.as_deref().unwrap_or(&trace.ranges);
+    Ok(tables(trace, ranges, &labels, gathered?, kinds))
+}
+
+/// The kernels and API calls of `source` gathered for the reports `kinds`; `ranges` are all the
+/// ranges of `trace` in start order, `labels` theirs.
+fn gather<S: TraceSource>(
+    source: &mut S,
+    trace: &mut Trace,
+    ranges: &[Range],
+    labels: &Labels,
+    kinds: &[Report],
+) -> Result<Gathered> {
+    let needs = needs(kinds);
     let enclosure = Enclosure::new(
-        if needs.attribution { &ranges } else { &[] },
+        if needs.attribution { ranges } else { &[] },
         &labels.of_range,
     );
     let g = Gatherer::new(needs, &enclosure, source.api_rows());
@@ -178,5 +203,5 @@ fn source_reports<S: TraceSource>(
         // Functions in the order the file first names them, as a stream meets them.
         gathered.functions.sort_by_key(|f| f.0);
     }
-    Ok(tables(trace, &ranges, &labels, gathered, kinds))
+    Ok(gathered)
 }

@@ -12,7 +12,7 @@
 //! A call [start, end] is enclosed by the ranges that contain both its start's piece and its
 //! end's ([`crate::attribution::ranges`]); calls are then indexed by (process, correlation id)
 //! ([`crate::attribution::launches`]), which a kernel looks up in constant time. Durations are
-//! kept as `u32` where they fit ([`Samples`]).
+//! kept as their distinct values with counts ([`Samples`]), not one per row.
 //!
 //! Rows come in chunks, each gathered on its own ([`ApiChunk`], [`KernelChunk`]) and merged in
 //! table order, so the chunks of an export's pages can be read side by side. Any source feeds
