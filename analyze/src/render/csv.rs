@@ -100,7 +100,8 @@ pub(crate) fn write_int(v: i64, out: &mut [u8; INT_ROOM]) -> usize {
 /// lowest byte: split into lanes of four digits, of two, then of one, every lane of a step in
 /// one multiplication (`(y * 10486) >> 20` is `y / 100` below 10^4, `(z * 103) >> 10` is `z / 10`
 /// below 100).
-fn eight_digits(x: u32) -> u64 {
+#[inline(always)]
+pub(crate) fn eight_digits(x: u32) -> u64 {
     let v = u64::from(x / 10_000) | u64::from(x % 10_000) << 32;
     let hundreds = ((v * 10_486) >> 20) & 0x0000_007f_0000_007f;
     let v = hundreds | (v - hundreds * 100) << 16;

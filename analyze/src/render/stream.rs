@@ -10,19 +10,26 @@
 //! Markdown the same cells. What cannot be known before the last row is decided otherwise:
 //! Markdown and text align a column by its declared kind, not by the cells it turned out to
 //! hold, and text columns are as wide as the header and the first rows written make them (a
-//! later, wider value pushes its line out), a table too wide for the terminal having its text
-//! columns cut but never being sliced.
+//! later, wider value is cut by its middle, as a name too long for its column is), a table too
+//! wide for the terminal having its text columns cut but never being sliced. Once the first rows
+//! have set the widths, text rows are encoded as finished lines, cut and padded, on the threads
+//! that encode them, as CSV's are; only the rows encoded before that are aligned by the writer.
 
 use std::io::{self, Write};
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 use serde_json::Value;
 
-use super::csv::{push_csv_field, push_int, write_int, INT_ROOM};
+use super::csv::push_csv_field;
 use super::text::{aligned_line, shrink, MIN_TEXT};
-use super::{format_fixed, markdown_header, markdown_row, Cell, Format, Table};
+use super::{markdown_header, markdown_row, Cell, Format, Table};
 use crate::fast_hash::FastMap;
+
+mod encode;
+
+use encode::{trim_line_end, CsvCells, Group, Lead, TextCells};
 
 /// Where the cells of a row go, one call per cell in column order.
 pub trait CellSink {
@@ -82,7 +89,8 @@ enum Kind {
     Markdown,
     /// Records each opening with `,` and a line break, as they sit in the array.
     Json,
-    /// The printed cells of each row, separated by [`UNIT`], for the writer to align.
+    /// Lines aligned to the columns' widths once the writer knows them ([`Layout`]); before
+    /// that, the printed cells of each row separated by [`UNIT`], for the writer to align.
     Text,
     /// The cells themselves.
     Cells,
@@ -91,6 +99,14 @@ enum Kind {
 /// Separates the cells of a text row until the writer aligns them.
 const UNIT: u8 = 0x1f;
 
+/// How a text table's lines are laid out: the width of each column, set by the first rows
+/// written, and which columns hold numbers.
+#[derive(Debug)]
+struct Layout {
+    widths: Vec<usize>,
+    numeric: Vec<bool>,
+}
+
 /// How the rows of one table are encoded; shared by the threads that encode them.
 #[derive(Clone, Debug)]
 pub struct Encoder {
@@ -98,6 +114,9 @@ pub struct Encoder {
     columns: Vec<String>,
     /// JSON: levels of nesting the table's array sits at.
     depth: usize,
+    /// Text: the layout, once the writer has set it from the first rows; rows encoded after
+    /// that are lines ready to print.
+    layout: Arc<OnceLock<Layout>>,
 }
 
 /// Rows an [`Encoder`] made, in order: bytes with the end of each row, or cells.
@@ -106,12 +125,18 @@ pub struct Rows {
     bytes: Vec<u8>,
     ends: Vec<usize>,
     cells: Vec<Vec<Cell>>,
+    /// Text: how many of the first rows were encoded before the layout was known, their cells
+    /// apart; the rows after them are lines, aligned and ended.
+    unaligned: usize,
     /// Numbers, names and groups of cells already encoded: the same few recur on every row.
     floats: FastMap<(u64, usize), String>,
-    names: FastMap<u64, Vec<u8>>,
-    /// Groups by the hash of their key ([`group_hash`]), with the key itself to tell two keys of
-    /// one hash apart.
-    groups: FastMap<u64, (Box<[i64]>, Vec<u8>)>,
+    /// The leading digits of the last large number written.
+    lead: Lead,
+    /// Names by key and, in text, by column (a name's cell is cut and padded to its column).
+    names: FastMap<(u64, usize), Vec<u8>>,
+    /// Groups by the hash of their key ([`encode::group_hash`]), with the key itself to tell two
+    /// keys of one hash apart.
+    groups: FastMap<u64, Group>,
 }
 
 impl Rows {
@@ -138,6 +163,7 @@ impl Rows {
         self.bytes.clear();
         self.ends.clear();
         self.cells.clear();
+        self.unaligned = 0;
     }
 
     /// The bytes of rows `range`.
@@ -162,6 +188,33 @@ impl Encoder {
                 fill(&mut CsvCells { rows, first: true });
                 rows.bytes.push(b'\n');
             }
+            Kind::Text => match self.layout.get() {
+                Some(layout) => {
+                    let start = rows.bytes.len();
+                    fill(&mut TextCells {
+                        rows,
+                        layout,
+                        column: 0,
+                    });
+                    trim_line_end(&mut rows.bytes, start);
+                    rows.bytes.push(b'\n');
+                }
+                None => {
+                    let mut cells = Cells::default();
+                    fill(&mut cells);
+                    for (i, c) in cells.0.iter().enumerate() {
+                        if i > 0 {
+                            rows.bytes.push(UNIT);
+                        }
+                        match c {
+                            Cell::Missing => rows.bytes.push(b'-'),
+                            c => rows.bytes.extend_from_slice(c.display().as_bytes()),
+                        }
+                    }
+                    // Before any aligned row: the layout, once set, stays.
+                    rows.unaligned += 1;
+                }
+            },
             kind => {
                 let mut cells = Cells::default();
                 fill(&mut cells);
@@ -175,17 +228,6 @@ impl Encoder {
                         rows.bytes.extend_from_slice(b",\n");
                         rows.bytes
                             .extend_from_slice(self.json_record(cells.0).as_bytes());
-                    }
-                    Kind::Text => {
-                        for (i, c) in cells.0.iter().enumerate() {
-                            if i > 0 {
-                                rows.bytes.push(UNIT);
-                            }
-                            match c {
-                                Cell::Missing => rows.bytes.push(b'-'),
-                                c => rows.bytes.extend_from_slice(c.display().as_bytes()),
-                            }
-                        }
                     }
                     _ => {
                         rows.cells.push(cells.0);
@@ -296,6 +338,7 @@ impl RowSink for Table {
             kind: Kind::Cells,
             columns: self.columns.clone(),
             depth: 0,
+            layout: Arc::default(),
         }
     }
 
@@ -305,127 +348,6 @@ impl RowSink for Table {
         }
         Ok(())
     }
-}
-
-/// A CSV line written straight into the bytes of [`Rows`], as [`super::csv`] prints it: the fast
-/// way, with no cell held.
-struct CsvCells<'r> {
-    rows: &'r mut Rows,
-    first: bool,
-}
-
-impl CsvCells<'_> {
-    fn cell(&mut self) {
-        if !std::mem::take(&mut self.first) {
-            self.rows.bytes.push(b',');
-        }
-    }
-}
-
-impl CellSink for CsvCells<'_> {
-    fn int(&mut self, v: i64) {
-        self.cell();
-        push_int(&mut self.rows.bytes, v);
-    }
-    fn float(&mut self, v: f64, decimals: usize) {
-        self.cell();
-        let s = self
-            .rows
-            .floats
-            .entry((v.to_bits(), decimals))
-            .or_insert_with(|| format_fixed(v, decimals));
-        self.rows.bytes.extend_from_slice(s.as_bytes());
-    }
-    fn text(&mut self, s: &str) {
-        self.cell();
-        push_csv_field(&mut self.rows.bytes, s);
-    }
-    fn named(&mut self, key: u64, s: &str) {
-        self.cell();
-        let field = self.rows.names.entry(key).or_insert_with(|| {
-            let mut field = Vec::with_capacity(s.len() + 2);
-            push_csv_field(&mut field, s);
-            field
-        });
-        self.rows.bytes.extend_from_slice(field);
-    }
-    fn missing(&mut self) {
-        self.cell();
-    }
-    fn opt_int(&mut self, v: Option<i64>) {
-        self.cell();
-        if let Some(v) = v {
-            push_int(&mut self.rows.bytes, v);
-        }
-    }
-    fn ints(&mut self, vs: &[Option<i64>]) {
-        // Room made once for a comma and the widest number each, and cut to what they took.
-        let first = std::mem::take(&mut self.first);
-        let bytes = &mut self.rows.bytes;
-        let start = bytes.len();
-        bytes.resize(start + vs.len() * (1 + INT_ROOM), 0);
-        let mut at = start;
-        for (i, &v) in vs.iter().enumerate() {
-            if i > 0 || !first {
-                bytes[at] = b',';
-                at += 1;
-            }
-            if let Some(v) = v {
-                if let Some(room) = bytes[at..].first_chunk_mut::<INT_ROOM>() {
-                    at += write_int(v, room);
-                }
-            }
-        }
-        bytes.truncate(at);
-    }
-    fn group(&mut self, key: &[i64], fill: &mut dyn FnMut(&mut dyn CellSink)) {
-        // Kept with a comma before each cell; the first cell of a row drops its own.
-        let skip = std::mem::take(&mut self.first) as usize;
-        let rows = &mut *self.rows;
-        let hash = group_hash(key);
-        let known = rows.groups.get(&hash);
-        // Compared in place, every number at once: a call to compare bytes costs more here.
-        let same = |k: &[i64]| {
-            k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0
-        };
-        if let Some((_, bytes)) = known.filter(|(k, _)| same(k)) {
-            rows.bytes
-                .extend_from_slice(&bytes[skip.min(bytes.len())..]);
-            return;
-        }
-        // Another key of the same hash keeps its place; this one is made each time.
-        let keep = known.is_none();
-        let mut scratch = Rows {
-            floats: std::mem::take(&mut rows.floats),
-            names: std::mem::take(&mut rows.names),
-            ..Rows::default()
-        };
-        fill(&mut CsvCells {
-            rows: &mut scratch,
-            first: false,
-        });
-        rows.floats = scratch.floats;
-        rows.names = scratch.names;
-        let bytes = scratch.bytes;
-        rows.bytes
-            .extend_from_slice(&bytes[skip.min(bytes.len())..]);
-        if keep {
-            rows.groups.insert(hash, (key.into(), bytes));
-        }
-    }
-    fn as_dyn(&mut self) -> &mut dyn CellSink {
-        self
-    }
-}
-
-/// The hash a group of cells is kept by (the map hashes it again): each number of the key
-/// times an odd constant of its place, summed. The products do not wait on one another, as a
-/// hasher's chain of multiplications would, on every row of a trace.
-fn group_hash(key: &[i64]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    key.iter().enumerate().fold(key.len() as u64, |h, (i, &v)| {
-        h.wrapping_add((v as u64).wrapping_mul(K ^ ((i as u64) << 1)))
-    })
 }
 
 /// One table of a document, written as its rows come.
@@ -439,8 +361,9 @@ pub struct TableWriter<'w> {
     out: &'w mut dyn Write,
     /// Whether a row was written.
     any: bool,
-    /// Text: the widths of the columns, once the first rows have set them.
-    widths: Option<Vec<usize>>,
+    /// Text: the widths of the columns, once the first rows have set them, shared with the
+    /// encoders.
+    layout: Arc<OnceLock<Layout>>,
 }
 
 impl<'w> TableWriter<'w> {
@@ -480,7 +403,7 @@ impl<'w> TableWriter<'w> {
             depth,
             out,
             any: false,
-            widths: None,
+            layout: Arc::default(),
         })
     }
 
@@ -506,7 +429,9 @@ impl<'w> TableWriter<'w> {
             aligned_line(&self.columns, &all, &widths, &self.numeric),
             aligned_line(&rule, &all, &widths, &self.numeric)
         );
-        self.widths = Some(widths);
+        let numeric = self.numeric.clone();
+        // Set once, here: the encoders read it from then on.
+        let _ = self.layout.set(Layout { widths, numeric });
         head
     }
 
@@ -516,7 +441,7 @@ impl<'w> TableWriter<'w> {
         match self.format {
             Format::Json if !self.any => self.out.write_all(b"]"),
             Format::Json => write!(self.out, "\n{}]", "  ".repeat(self.depth)),
-            Format::Table if self.widths.is_none() => {
+            Format::Table if self.layout.get().is_none() => {
                 let head = self.set_widths(&[]);
                 self.out.write_all(head.as_bytes())
             }
@@ -536,6 +461,7 @@ impl RowSink for TableWriter<'_> {
             },
             columns: self.columns.clone(),
             depth: self.depth,
+            layout: Arc::clone(&self.layout),
         }
     }
 
@@ -548,7 +474,10 @@ impl RowSink for TableWriter<'_> {
             // The first record of the array has no comma before it.
             Format::Json if first => self.out.write_all(&rows.bytes(range)[1..]),
             Format::Table => {
-                let lines: Vec<Vec<String>> = range
+                // Rows encoded before the layout was known, aligned here; the rest are lines.
+                let held = range.start..range.end.min(rows.unaligned);
+                let lines: Vec<Vec<String>> = held
+                    .clone()
                     .map(|i| {
                         rows.bytes(i..i + 1)
                             .split(|&b| b == UNIT)
@@ -556,20 +485,22 @@ impl RowSink for TableWriter<'_> {
                             .collect()
                     })
                     .collect();
-                if self.widths.is_none() {
+                if self.layout.get().is_none() {
                     let head = self.set_widths(&lines);
                     self.out.write_all(head.as_bytes())?;
                 }
-                let widths = self.widths.as_deref().unwrap_or_default();
-                let all: Vec<usize> = (0..widths.len()).collect();
-                for line in &lines {
-                    writeln!(
-                        self.out,
-                        "{}",
-                        aligned_line(line, &all, widths, &self.numeric)
-                    )?;
+                if let Some(layout) = self.layout.get() {
+                    let all: Vec<usize> = (0..layout.widths.len()).collect();
+                    for line in &lines {
+                        writeln!(
+                            self.out,
+                            "{}",
+                            aligned_line(line, &all, &layout.widths, &layout.numeric)
+                        )?;
+                    }
                 }
-                Ok(())
+                self.out
+                    .write_all(rows.bytes(range.start.max(held.end)..range.end))
             }
             _ => self.out.write_all(rows.bytes(range)),
         }
@@ -577,116 +508,4 @@ impl RowSink for TableWriter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::render::{render_to_string, Document};
-
-    fn sample() -> Table {
-        let mut t = Table::new(["Start (ns)", "Bytes (MB)", "Kind", "Name"]);
-        t.push(vec![
-            Cell::Int(-12),
-            Cell::Float(0.0625, 3),
-            Cell::Missing,
-            Cell::text("void gemm<float, 128>(\"tn\")"),
-        ]);
-        t.push(vec![
-            Cell::Int(1_795_323_492_837_158_010),
-            Cell::Missing,
-            Cell::text("Device"),
-            Cell::text("a|b"),
-        ]);
-        t
-    }
-
-    fn cells(row: &[Cell], c: &mut dyn CellSink) {
-        for cell in row {
-            match cell {
-                Cell::Int(v) => c.int(*v),
-                Cell::Float(v, d) => c.float(*v, *d),
-                Cell::Text(s) => c.text(s),
-                Cell::Missing => c.missing(),
-            }
-        }
-    }
-
-    /// `table` written through a [`TableWriter`] in `format`, a row at a time.
-    fn streamed(table: &Table, format: Format, numeric: &[bool]) -> String {
-        let mut out = Vec::new();
-        let columns: Vec<&str> = table.columns.iter().map(String::as_str).collect();
-        let mut w = TableWriter::begin(format, None, &columns, numeric, 0, &mut out).unwrap();
-        for row in &table.rows {
-            write_rows(
-                &mut w,
-                std::slice::from_ref(row),
-                &mut Vec::new(),
-                |r, c| cells(r, c),
-            )
-            .unwrap();
-        }
-        w.finish().unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn streamed_tables_print_as_the_renderers_print_them() {
-        let t = sample();
-        let doc = Document::single(t.clone());
-        let numeric = [true, true, false, false];
-        for format in [Format::Csv, Format::Markdown] {
-            assert_eq!(
-                streamed(&t, format, &numeric),
-                render_to_string(format, &doc),
-                "{format:?}"
-            );
-        }
-        // The renderer ends the document's JSON with a line break; a table ends at its bracket.
-        assert_eq!(
-            streamed(&t, Format::Json, &numeric) + "\n",
-            render_to_string(Format::Json, &doc)
-        );
-        let empty = Table::new(["A", "B"]);
-        assert_eq!(streamed(&empty, Format::Json, &[true, true]), "[]");
-        assert_eq!(streamed(&empty, Format::Csv, &[true, true]), "A,B\n");
-    }
-
-    #[test]
-    fn text_columns_take_their_widths_from_the_first_batch() {
-        let t = sample();
-        let mut out = Vec::new();
-        let columns: Vec<&str> = t.columns.iter().map(String::as_str).collect();
-        let numeric = [true, true, false, false];
-        let mut w =
-            TableWriter::begin(Format::Table, None, &columns, &numeric, 0, &mut out).unwrap();
-        write_rows(&mut w, &t.rows, &mut Vec::new(), |r, c| cells(r, c)).unwrap();
-        w.finish().unwrap();
-        let s = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = s.lines().collect();
-        assert_eq!(lines.len(), 4, "{s}");
-        assert!(
-            lines[0].starts_with("         Start (ns)  Bytes (MB)  Kind"),
-            "{s}"
-        );
-        assert!(
-            lines[2].starts_with("                -12       0.063  -"),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn rows_fill_a_table_in_memory() {
-        let mut t = Table::new(["N", "Square"]);
-        write_rows(&mut t, &[0i64, 1, 2], &mut Vec::new(), |&i, c| {
-            c.int(i);
-            c.opt_int((i > 0).then_some(i * i));
-        })
-        .unwrap();
-        assert_eq!(
-            t.rows,
-            vec![
-                vec![Cell::Int(0), Cell::Missing],
-                vec![Cell::Int(1), Cell::Int(1)],
-                vec![Cell::Int(2), Cell::Int(4)],
-            ]
-        );
-    }
-}
+mod tests;
