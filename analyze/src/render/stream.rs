@@ -10,7 +10,8 @@
 //! Markdown the same cells. What cannot be known before the last row is decided otherwise:
 //! Markdown and text align a column by its declared kind, not by the cells it turned out to
 //! hold, and text columns are as wide as the header and the first rows written make them (a
-//! later, wider value is cut by its middle, as a name too long for its column is), a table too
+//! later, wider name is cut by its middle; a later, wider number is printed whole and pushes the
+//! rest of its line right, never cut), a table too
 //! wide for the terminal having its text columns cut but never being sliced. Once the first rows
 //! have set the widths, text rows are encoded as finished lines, cut and padded, on the threads
 //! that encode them, as CSV's are; only the rows encoded before that are aligned by the writer.

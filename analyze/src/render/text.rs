@@ -190,7 +190,13 @@ pub(crate) fn aligned_line(
 ) -> String {
     let mut parts = Vec::with_capacity(columns.len());
     for (k, &i) in columns.iter().enumerate() {
-        let c = truncate_middle(&row[i], widths[i]);
+        // A number is never cut: one wider than its column (a streamed table's widths are set
+        // by its first rows) pushes the rest of its line right.
+        let c = if numeric[i] {
+            row[i].clone()
+        } else {
+            truncate_middle(&row[i], widths[i])
+        };
         let pad = widths[i].saturating_sub(c.chars().count());
         let last = k + 1 == columns.len();
         parts.push(if numeric[i] {

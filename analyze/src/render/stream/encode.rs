@@ -229,9 +229,9 @@ impl TextCells<'_> {
     }
 }
 
-/// `s` in `column` of `layout`: cut by its middle to the column's width where it is wider
-/// ([`truncate_middle`]), numbers right-aligned, text left-aligned and padded unless it ends the
-/// line.
+/// `s` in `column` of `layout`: text cut by its middle to the column's width where it is wider
+/// ([`truncate_middle`]), a number never (a wider one pushes the rest of its line right);
+/// numbers right-aligned, text left-aligned and padded unless it ends the line.
 fn push_aligned(out: &mut Vec<u8>, layout: &Layout, column: usize, s: &str) {
     if s.is_ascii() {
         return push_ascii(out, layout, column, s.as_bytes());
@@ -239,13 +239,19 @@ fn push_aligned(out: &mut Vec<u8>, layout: &Layout, column: usize, s: &str) {
     let width = layout.widths[column];
     let chars = s.chars().count();
     let cut;
-    let (s, chars) = if chars > width {
+    let (s, chars) = if chars > width && !layout.numeric[column] {
         cut = truncate_middle(s, width);
         (cut.as_str(), width)
     } else {
         (s, chars)
     };
-    pad_around(out, layout, column, s.as_bytes(), width - chars);
+    pad_around(
+        out,
+        layout,
+        column,
+        s.as_bytes(),
+        width.saturating_sub(chars),
+    );
 }
 
 /// [`push_aligned`] of ASCII text (every number, most names), a byte a character: cut with no
@@ -253,8 +259,8 @@ fn push_aligned(out: &mut Vec<u8>, layout: &Layout, column: usize, s: &str) {
 #[inline]
 fn push_ascii(out: &mut Vec<u8>, layout: &Layout, column: usize, s: &[u8]) {
     let width = layout.widths[column];
-    if s.len() <= width {
-        return pad_around(out, layout, column, s, width - s.len());
+    if s.len() <= width || layout.numeric[column] {
+        return pad_around(out, layout, column, s, width.saturating_sub(s.len()));
     }
     if width > 0 {
         let keep = width - 1;
