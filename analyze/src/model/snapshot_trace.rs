@@ -320,3 +320,48 @@ impl DoubleEndedIterator for Entries<'_> {
 }
 
 impl ExactSizeIterator for Entries<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(action: Action, addr: u64, size: u64, time_us: i64) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: Some(time_us),
+            stack: StackId::EMPTY,
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+
+    /// Steps that repeat, with one address reused by different calls inside a step and a step
+    /// that breaks the pattern: every entry reads back as pushed, each shape stored once.
+    #[test]
+    fn repeated_steps_read_back_as_pushed_and_store_each_shape_once() {
+        let step = |s: i64, odd: bool| {
+            let t = s * 100;
+            let mut v = vec![
+                entry(Action::Alloc, 4096, 512, t),
+                entry(Action::Alloc, 8192, 1024, t + 1),
+                entry(Action::FreeRequested, 4096, 512, t + 2),
+                entry(Action::Alloc, 4096, 512, t + 3),
+                entry(Action::FreeRequested, 8192, 1024, t + 4),
+                entry(Action::FreeRequested, 4096, 512, t + 5),
+            ];
+            if odd {
+                v.insert(3, entry(Action::Oom, 0, 1 << 30, t + 2));
+            }
+            v
+        };
+        let pushed: Vec<TraceEntry> = (0..50).flat_map(|s| step(s, s == 20)).collect();
+        let trace = DeviceTrace::from(pushed.clone());
+        assert_eq!(trace.len(), pushed.len());
+        assert!(trace.iter().eq(pushed.iter().cloned()));
+        assert_eq!(trace.columns.shapes.len(), 5);
+        assert_eq!(trace.address_count(), 3);
+    }
+}
