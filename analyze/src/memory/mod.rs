@@ -17,6 +17,7 @@
 //!
 //! Nothing here reads files; [`charts::write_charts`] writes the plot files.
 
+pub(crate) mod address_map;
 pub mod autocast;
 pub mod categories;
 pub mod charts;

@@ -21,10 +21,9 @@
 //! order. On the ten snapshots of `fixtures/memsnap` the replayed peak equals
 //! `max_memory_allocated` exactly.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
+use super::address_map::{AddressMap, Addresses};
 use crate::fast_hash::FastMap;
 use crate::model::snapshot::{
     Action, AllocatorSettings, BlockState, DeviceTrace, Snapshot, StackId, TraceEntry,
@@ -343,24 +342,38 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
         .filter(|s| s.device == device)
         .collect();
 
+    // Every address the replay can meet, numbered in address order: the maps of occupied
+    // blocks and of segments are kept by that number.
+    let mut universe: Vec<u64> = (0..trace.address_count())
+        .map(|a| trace.address(a))
+        .collect();
+    for seg in &segments {
+        universe.push(seg.address);
+        universe.extend(seg.blocks.iter().map(|b| b.address));
+    }
+    let addrs = Addresses::new(universe);
+    let rank_of: Vec<usize> = (0..trace.address_count())
+        .map(|a| addrs.rank(trace.address(a)))
+        .collect();
+
     // End state.
     let mut end_allocated = 0u64;
     let mut end_reserved = 0u64;
     let mut live_end: FastMap<u64, Held> = FastMap::default();
-    let mut occupied: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut layout: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    let mut occupied: AddressMap<u64> = AddressMap::new(addrs.len());
+    let mut layout: AddressMap<(u64, bool)> = AddressMap::new(addrs.len());
     for seg in &segments {
         end_reserved = end_reserved.saturating_add(seg.total_size);
-        layout.insert(seg.address, (seg.total_size, seg.is_expandable));
+        layout.insert(addrs.rank(seg.address), (seg.total_size, seg.is_expandable));
         for b in &seg.blocks {
             match b.state {
                 BlockState::ActiveAllocated => {
                     end_allocated = end_allocated.saturating_add(b.size);
                     live_end.insert(b.address, (b.size, b.requested_size, seg.stream, b.stack));
-                    occupied.insert(b.address, b.size);
+                    occupied.insert(addrs.rank(b.address), b.size);
                 }
                 BlockState::ActivePendingFree => {
-                    occupied.insert(b.address, b.size);
+                    occupied.insert(addrs.rank(b.address), b.size);
                 }
                 BlockState::Inactive => {}
             }
@@ -389,7 +402,7 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
         match e.action {
             Action::Alloc => {
                 start_of[a] = None;
-                occupied.remove(&e.addr);
+                occupied.remove(rank_of[a]);
                 if !freed_later[a] && last_alloc_of[a] == NO_ENTRY {
                     last_alloc_of[a] = i as u32;
                 }
@@ -401,18 +414,18 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
                 freed_later[a] = true;
             }
             Action::FreeCompleted => {
-                occupied.insert(e.addr, round_size(e.size, settings));
+                occupied.insert(rank_of[a], round_size(e.size, settings));
             }
             Action::SegmentAlloc | Action::SegmentMap => {
                 reserved = reserved.saturating_sub(e.size);
                 if e.action == Action::SegmentAlloc {
-                    layout.remove(&e.addr);
+                    layout.remove(rank_of[a]);
                 }
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 reserved = reserved.saturating_add(e.size);
                 if e.action == Action::SegmentFree {
-                    layout.insert(e.addr, (e.size, settings.expandable_segments));
+                    layout.insert(rank_of[a], (e.size, settings.expandable_segments));
                 }
             }
             Action::Snapshot | Action::Oom | Action::Other => {}
@@ -427,7 +440,7 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
     }
     // Blocks allocated before the window and still live occupy their space from the start.
     for &(addr, (size, ..)) in &start {
-        occupied.entry(addr).or_insert(size);
+        occupied.insert_if_absent(addrs.rank(addr), size);
     }
 
     let mut tl = Timeline {
@@ -458,13 +471,18 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
                     // Still live at the end: the end state knows its exact size.
                     Some((size, ..)) if last_alloc_of[a] == i as u32 => size,
                     _ => {
-                        let (size, fallback) =
-                            counted_size(e.addr, e.size, &occupied, &layout, settings);
+                        let (size, fallback) = counted_size(
+                            (&addrs, rank_of[a]),
+                            e.size,
+                            &occupied,
+                            &layout,
+                            settings,
+                        );
                         tl.size_fallbacks += usize::from(fallback);
                         size
                     }
                 };
-                occupied.insert(e.addr, size);
+                occupied.insert(rank_of[a], size);
                 let index = tl.allocations.len();
                 tl.allocations.push(Allocation::new(
                     size,
@@ -488,13 +506,13 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
                 }
                 match e.action {
                     Action::FreeCompleted => {
-                        occupied.remove(&e.addr);
+                        occupied.remove(rank_of[a]);
                     }
                     Action::SegmentAlloc => {
-                        layout.insert(e.addr, (e.size, settings.expandable_segments));
+                        layout.insert(rank_of[a], (e.size, settings.expandable_segments));
                     }
                     Action::SegmentFree => {
-                        layout.remove(&e.addr);
+                        layout.remove(rank_of[a]);
                     }
                     Action::Oom => tl.oom_entries.push(i),
                     _ => {}
@@ -519,20 +537,23 @@ pub fn replay_watching(snap: &Snapshot, device: i64, ranges: &[(usize, usize)]) 
     tl
 }
 
-/// The bytes the allocator counts for a request of `requested` bytes served at `addr`: the
+/// The bytes the allocator counts for a request of `requested` bytes served at an address: the
 /// rounded request, or the whole free block when the allocator would not split it. The second
 /// value says whether the layout failed to explain the address (and the rounded request was used).
+/// The address is given by its rank among the replay's addresses.
 fn counted_size(
-    addr: u64,
+    (addrs, rank): (&Addresses, usize),
     requested: u64,
-    occupied: &BTreeMap<u64, u64>,
-    layout: &BTreeMap<u64, (u64, bool)>,
+    occupied: &AddressMap<u64>,
+    layout: &AddressMap<(u64, bool)>,
     settings: &AllocatorSettings,
 ) -> (u64, bool) {
+    let addr = addrs.addr(rank);
     let rounded = round_size(requested, settings);
-    let Some((&seg_addr, &(seg_size, expandable))) = layout.range(..=addr).next_back() else {
+    let Some((seg_rank, (seg_size, expandable))) = layout.at_or_before(rank) else {
         return (rounded, true);
     };
+    let seg_addr = addrs.addr(seg_rank);
     let seg_end = seg_addr.saturating_add(seg_size);
     if addr >= seg_end {
         return (rounded, true);
@@ -541,15 +562,15 @@ fn counted_size(
         // Expandable segments split any block with at least 512 bytes left over.
         return (rounded, false);
     }
-    if let Some((&b, &bs)) = occupied.range(..=addr).next_back() {
+    if let Some((b_rank, bs)) = occupied.at_or_before(rank) {
+        let b = addrs.addr(b_rank);
         if b >= seg_addr && b.saturating_add(bs) > addr {
             return (rounded, true);
         }
     }
     let next = occupied
-        .range(addr.saturating_add(1)..)
-        .next()
-        .map_or(seg_end, |(&b, _)| b.min(seg_end));
+        .after(rank)
+        .map_or(seg_end, |r| addrs.addr(r).min(seg_end));
     let free_block = next - addr;
     if free_block < rounded {
         return (rounded, true);

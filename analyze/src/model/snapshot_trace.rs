@@ -111,7 +111,19 @@ struct Columns {
     address_ids: FastMap<u64, u32>,
     entries: Vec<u32>,
     times: Times,
+    /// The entry each shape was last pushed at ([`NEVER`] while it is being added).
+    last_at: Vec<u32>,
+    /// The earlier entry the next one is expected to repeat ([`NOT_FOLLOWING`] for none): a
+    /// training loop repeats its steps, so once an entry repeats the one after an earlier
+    /// occurrence of its shape, the entries go on repeating those after it, each found by one
+    /// comparison instead of a lookup in `shape_ids`.
+    following: usize,
 }
+
+/// What [`Columns::following`] holds when no earlier entry is being followed.
+const NOT_FOLLOWING: usize = usize::MAX;
+/// An entry number that stands for none.
+const NEVER: u32 = u32::MAX;
 
 impl DeviceTrace {
     pub fn len(&self) -> usize {
@@ -134,8 +146,14 @@ impl DeviceTrace {
             user_metadata: e.user_metadata,
         };
         let c = Arc::make_mut(&mut self.columns);
-        let id = match c.shape_ids.get(&shape) {
-            Some(&id) => id,
+        let guess = c.entries.get(c.following).copied();
+        let repeats = guess.is_some_and(|g| c.shapes[g as usize] == shape);
+        let known = match guess {
+            Some(g) if repeats => Some(g),
+            _ => c.shape_ids.get(&shape).copied(),
+        };
+        let id = match known {
+            Some(id) => id,
             None => {
                 let id = c.shapes.len() as u32;
                 let next = c.addresses.len() as u32;
@@ -146,9 +164,20 @@ impl DeviceTrace {
                 c.shape_address.push(address);
                 c.shapes.push(shape.clone());
                 c.shape_ids.insert(shape, id);
+                c.last_at.push(NEVER);
                 id
             }
         };
+        let at = c.entries.len();
+        c.following = if repeats {
+            c.following + 1
+        } else {
+            match c.last_at[id as usize] {
+                NEVER => NOT_FOLLOWING,
+                earlier => earlier as usize + 1,
+            }
+        };
+        c.last_at[id as usize] = at as u32;
         c.entries.push(id);
         c.times.push(e.time_us);
     }
@@ -291,3 +320,48 @@ impl DoubleEndedIterator for Entries<'_> {
 }
 
 impl ExactSizeIterator for Entries<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(action: Action, addr: u64, size: u64, time_us: i64) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: Some(time_us),
+            stack: StackId::EMPTY,
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+
+    /// Steps that repeat, with one address reused by different calls inside a step and a step
+    /// that breaks the pattern: every entry reads back as pushed, each shape stored once.
+    #[test]
+    fn repeated_steps_read_back_as_pushed_and_store_each_shape_once() {
+        let step = |s: i64, odd: bool| {
+            let t = s * 100;
+            let mut v = vec![
+                entry(Action::Alloc, 4096, 512, t),
+                entry(Action::Alloc, 8192, 1024, t + 1),
+                entry(Action::FreeRequested, 4096, 512, t + 2),
+                entry(Action::Alloc, 4096, 512, t + 3),
+                entry(Action::FreeRequested, 8192, 1024, t + 4),
+                entry(Action::FreeRequested, 4096, 512, t + 5),
+            ];
+            if odd {
+                v.insert(3, entry(Action::Oom, 0, 1 << 30, t + 2));
+            }
+            v
+        };
+        let pushed: Vec<TraceEntry> = (0..50).flat_map(|s| step(s, s == 20)).collect();
+        let trace = DeviceTrace::from(pushed.clone());
+        assert_eq!(trace.len(), pushed.len());
+        assert!(trace.iter().eq(pushed.iter().cloned()));
+        assert_eq!(trace.columns.shapes.len(), 5);
+        assert_eq!(trace.address_count(), 3);
+    }
+}

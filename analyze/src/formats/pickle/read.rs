@@ -433,8 +433,17 @@ impl Memo {
     fn get(&self, index: u32) -> Option<Value> {
         let i = index as usize;
         if i < self.tail_start as usize {
-            if let Some(&v) = self.overrides.get(&index) {
-                return Some(v);
+            // The first indices (a snapshot's keys and frames) are asked for most: values
+            // stored in place, never overridden.
+            if let Some(Piece::Values { start: 0, values }) = self.pieces.first() {
+                if let Some(&v) = values.get(i) {
+                    return Some(v);
+                }
+            }
+            if !self.overrides.is_empty() {
+                if let Some(&v) = self.overrides.get(&index) {
+                    return Some(v);
+                }
             }
             return Some(match &self.pieces[self.piece_of(index)] {
                 Piece::Values { start, values } => values[(index - start) as usize],
@@ -658,14 +667,26 @@ impl<R: Read> Input<R> {
         Ok(self.take(1, context)?[0])
     }
 
+    #[inline]
     fn le<const N: usize>(&mut self, context: &'static str) -> Result<[u8; N], PickleError> {
+        if let Some(b) = self.buf[self.start..self.end].first_chunk::<N>() {
+            let out = *b;
+            self.consume(N);
+            return Ok(out);
+        }
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, context)?);
         Ok(out)
     }
 
     /// A length-prefixed argument: nothing is allocated for bytes that are not there.
+    #[inline]
     fn len_prefixed(&mut self, n: u64, context: &'static str) -> Result<&[u8], PickleError> {
+        if n <= (self.end - self.start) as u64 {
+            let (s, n) = (self.start, n as usize);
+            self.consume(n);
+            return Ok(&self.buf[s..s + n]);
+        }
         match usize::try_from(n) {
             Ok(n) if n <= BUFFER => self.take(n, context),
             _ => self.take_long(n, context),

@@ -9,6 +9,7 @@
 //! segment kinds, annotation stages) are the model's enums, each with its spelling in the file
 //! (`as_str`).
 
+mod ahead;
 pub mod read;
 pub mod write;
 

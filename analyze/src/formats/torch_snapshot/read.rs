@@ -5,7 +5,8 @@
 //! The file streams through the pickle reader and is never held whole. Trace entries, nearly all
 //! of a large snapshot, are converted as they are appended to their device's trace (a
 //! `Streamer`), so the pickle's dict of each is freed at once; the rest (segments, settings,
-//! annotations) is converted from the pickle's values once it is read, by the same rules.
+//! annotations) is converted from the pickle's values once it is read, by the same rules. A gzip
+//! file is inflated on a thread of its own, a few chunks ahead of the pickle reader.
 //!
 //! Layouts met so far:
 //! - PyTorch 2.0/2.1: a dict with `segments` and `device_traces`; trace entries without
@@ -30,6 +31,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use super::ahead::read_ahead;
 use super::key;
 use crate::error::{Error, Result};
 use crate::fast_hash::FastMap;
@@ -53,7 +55,8 @@ pub fn load_with(path: &Path, limits: &Limits) -> Result<Snapshot> {
     crate::formats::check_file(path)?;
     if gzip::is_gzip(path)? {
         let mut stream = gzip::inflate_stream(path, limits)?;
-        let read = from_reader(path, &mut stream);
+        // Inflating takes as long as parsing: the two side by side.
+        let read = read_ahead(&mut stream, |bytes| from_reader(path, bytes));
         return read.map_err(|e| stream.error_after(e));
     }
     let file = File::open(path).map_err(Error::io(path))?;
@@ -171,12 +174,14 @@ impl pickle::Appender for Streamer<'_> {
             slot.insert(new);
         }
         self.st.allow(at);
-        for &item in items {
-            let (device, index) = self
-                .taken
-                .lists
-                .get(&list)
-                .map_or((0, 0), |l| (l.device, l.len));
+        let (device, first_index) = self
+            .taken
+            .lists
+            .get(&list)
+            .map_or((0, 0), |l| (l.device, l.len));
+        // The ids of one call are consecutive: one run.
+        let first_id = self.taken.entries.len();
+        for (k, &item) in items.iter().enumerate() {
             let mut c = Converter {
                 p,
                 path: self.path,
@@ -185,7 +190,7 @@ impl pickle::Appender for Streamer<'_> {
             };
             let entry = c
                 .spend(1)
-                .and_then(|()| c.entry(item, What::Entry(device, index)));
+                .and_then(|()| c.entry(item, What::Entry(device, first_index + k)));
             let id = match entry.and_then(|e| {
                 let id = u32::try_from(self.taken.entries.len()).map_err(|_| Error::Malformed {
                     path: self.path.to_owned(),
@@ -201,12 +206,13 @@ impl pickle::Appender for Streamer<'_> {
                 }
             };
             taken.push(id);
-            if let Some(l) = self.taken.lists.get_mut(&list) {
-                l.len += 1;
-                match l.runs.last_mut() {
-                    Some((first, count)) if *first + *count == id => *count += 1,
-                    _ => l.runs.push((id, 1)),
-                }
+        }
+        if let (Some(l), false) = (self.taken.lists.get_mut(&list), items.is_empty()) {
+            let (first, count) = (first_id as u32, items.len() as u32);
+            l.len += items.len();
+            match l.runs.last_mut() {
+                Some((f, c)) if *f + *c == first => *c += count,
+                _ => l.runs.push((first, count)),
             }
         }
         Ok(true)
@@ -284,8 +290,12 @@ const F_COMPILE_CONTEXT: usize = 7;
 const F_USER_METADATA: usize = 8;
 /// What [`Interner::entry_keys`] holds for a string not looked at yet, and for one that is not
 /// an entry's key.
-const UNSEEN: u8 = u8::MAX;
+const UNSEEN_KEY: u8 = u8::MAX;
 const NOT_AN_ENTRY_KEY: u8 = u8::MAX - 1;
+/// What the tables of [`Interner`] kept by a value's number hold for a value not looked at yet.
+const UNSEEN: u32 = u32::MAX;
+/// What [`Interner::label_of`] holds for a string that reads as no label.
+const NO_LABEL: u32 = u32::MAX - 1;
 
 /// How errors name the requested size of a PyTorch 2.0 block.
 const HISTORY_REAL_SIZE: &str = "history[0].real_size";
@@ -301,11 +311,13 @@ struct Interner {
     /// FrameId of each pickled frame dict, by [`Pickle::dict_key`].
     frame_by_value: FastMap<u64, FrameId>,
     frame_by_content: HashMap<Frame, FrameId>,
-    /// StackId of each pickled frame list, by arena handle.
-    stack_by_value: FastMap<u32, StackId>,
+    /// StackId of each pickled frame list, by arena handle ([`UNSEEN`] for none yet).
+    stack_by_value: Vec<u32>,
     stack_by_content: FastMap<Vec<FrameId>, StackId>,
-    /// The label each string of the pickle reads as, each text stored once.
-    strings_seen: FastMap<u32, Option<Label>>,
+    /// The label each string of the pickle reads as, by its number: an index into
+    /// `label_texts`, [`NO_LABEL`] for a placeholder, [`UNSEEN`] when not looked at yet.
+    label_of: Vec<u32>,
+    label_texts: Vec<Label>,
     /// Every label text met, once: the same text pickled twice is still one label.
     labels: HashSet<Label>,
     /// Which of [`ENTRY_KEYS`] each string of the pickle is, by its number.
@@ -322,9 +334,10 @@ impl Interner {
             frames: Frames::default(),
             frame_by_value: FastMap::default(),
             frame_by_content: HashMap::new(),
-            stack_by_value: FastMap::default(),
+            stack_by_value: Vec::new(),
             stack_by_content,
-            strings_seen: FastMap::default(),
+            label_of: Vec::new(),
+            label_texts: Vec::new(),
             labels: HashSet::new(),
             entry_keys: Vec::new(),
         }
@@ -472,9 +485,9 @@ impl<'a> Converter<'a> {
         let Value::Str(id) = k else { return None };
         let i = id as usize;
         if i >= self.st.entry_keys.len() {
-            self.st.entry_keys.resize(i + 1, UNSEEN);
+            self.st.entry_keys.resize(i + 1, UNSEEN_KEY);
         }
-        if self.st.entry_keys[i] == UNSEEN {
+        if self.st.entry_keys[i] == UNSEEN_KEY {
             let name = self.p.str(k).unwrap_or_default();
             self.st.entry_keys[i] = ENTRY_KEYS
                 .iter()
@@ -755,20 +768,31 @@ impl<'a> Converter<'a> {
     fn label(&mut self, v: Option<Value>) -> Option<Label> {
         let v = v?;
         let Value::Str(id) = v else { return None };
-        if let Some(cached) = self.st.strings_seen.get(&id) {
-            return cached.clone();
+        let i = id as usize;
+        if i >= self.st.label_of.len() {
+            self.st.label_of.resize(i + 1, UNSEEN);
         }
-        let s = self.p.str(v).unwrap_or_default();
-        let out = (!s.is_empty() && s != "N/A").then(|| match self.st.labels.get(s) {
-            Some(l) => l.clone(),
-            None => {
-                let l = Label::from(s);
-                self.st.labels.insert(l.clone());
-                l
-            }
-        });
-        self.st.strings_seen.insert(id, out.clone());
-        out
+        if self.st.label_of[i] == UNSEEN {
+            let s = self.p.str(v).unwrap_or_default();
+            self.st.label_of[i] = if s.is_empty() || s == "N/A" {
+                NO_LABEL
+            } else {
+                let l = match self.st.labels.get(s) {
+                    Some(l) => l.clone(),
+                    None => {
+                        let l = Label::from(s);
+                        self.st.labels.insert(l.clone());
+                        l
+                    }
+                };
+                self.st.label_texts.push(l);
+                (self.st.label_texts.len() - 1) as u32
+            };
+        }
+        match self.st.label_of[i] {
+            NO_LABEL => None,
+            l => Some(self.st.label_texts[l as usize].clone()),
+        }
     }
 
     fn stack(&mut self, v: Value, what: What) -> Result<StackId> {
@@ -783,8 +807,9 @@ impl<'a> Converter<'a> {
                 )))
             }
         };
-        if let Some(&s) = self.st.stack_by_value.get(&list_id) {
-            return Ok(s);
+        let cached = self.st.stack_by_value.get(list_id as usize).copied();
+        if let Some(s) = cached.filter(|&s| s != UNSEEN) {
+            return Ok(StackId(s));
         }
         let items = self.seq(v, what, Some(key::FRAMES))?;
         let mut ids = Vec::with_capacity(items.len());
@@ -800,7 +825,11 @@ impl<'a> Converter<'a> {
                 next
             }
         };
-        self.st.stack_by_value.insert(list_id, id);
+        let i = list_id as usize;
+        if i >= self.st.stack_by_value.len() {
+            self.st.stack_by_value.resize(i + 1, UNSEEN);
+        }
+        self.st.stack_by_value[i] = id.0;
         Ok(id)
     }
 
