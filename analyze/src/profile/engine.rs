@@ -112,9 +112,11 @@ pub(super) fn run<S: TraceSource>(
         chunks.push((c.corr, global));
     }
     let launches = LaunchIndex::build(chunks, bits);
+    drop(ctx_ids);
 
     // The selections, from the ranges alone, and which instance of each claims a context.
     let mut plan = Plan::new(&trace, opts, &ranges, &ctxs, operators);
+    drop(ctxs);
     let by_op = plan.operators.is_some();
     if let Some(sink) = sink {
         plan.claims = true;
@@ -183,6 +185,9 @@ pub(super) fn run<S: TraceSource>(
     for w in mem_ops.chain(graphs) {
         plan.work(&mut rest, &launches, w);
     }
+    // The launch index and the ranges' pieces have served: what follows holds no call.
+    drop(launches);
+    drop(ranges);
     if let Some(sink) = sink {
         // Memory operations and graphs name no kernel.
         hand_over(
