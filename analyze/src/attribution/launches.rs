@@ -5,6 +5,7 @@
 //! side are indexed on their own and merged in table order ([`LaunchIndex::build`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::stats::attribution::FastMap;
 
@@ -100,8 +101,10 @@ impl CorrRuns {
 /// The correlation ids of one process across all chunks, with global contexts.
 struct CorrIndex {
     runs: CorrRuns,
-    /// A bit per id of `runs.bits`: some GPU work with this id was seen.
-    used: Vec<AtomicU64>,
+    /// A bit per id of `runs.bits`: some GPU work with this id was seen. Made by the first
+    /// lookup that marks, so that an index only looked up (the profile's) costs no second set
+    /// of bits.
+    used: OnceLock<Vec<AtomicU64>>,
     used_extra: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
@@ -136,12 +139,11 @@ impl LaunchIndex {
         let index = index
             .into_iter()
             .map(|(pid, runs)| {
-                let used = (0..runs.bits.len()).map(|_| AtomicU64::new(0)).collect();
                 (
                     pid,
                     CorrIndex {
                         runs,
-                        used,
+                        used: OnceLock::new(),
                         used_extra: Default::default(),
                     },
                 )
@@ -223,7 +225,10 @@ impl LaunchIndex {
             if mark {
                 let bit = corr - ix.runs.base;
                 let m = 1u64 << (bit % 64);
-                first = ix.used[(bit / 64) as usize].fetch_or(m, Ordering::Relaxed) & m == 0;
+                let used = ix
+                    .used
+                    .get_or_init(|| (0..ix.runs.bits.len()).map(|_| AtomicU64::new(0)).collect());
+                first = used[(bit / 64) as usize].fetch_or(m, Ordering::Relaxed) & m == 0;
             }
         }
         if !ix.runs.extra.is_empty() {

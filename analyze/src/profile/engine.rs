@@ -4,9 +4,11 @@
 //! read once for their launch context (with `--by op`, the operator call each was made in); then
 //! every kernel, memory operation and graph execution is attributed on the spot to the instance
 //! of each selection that claims it and summed there, and to its operator ([`Plan::work`]). What
-//! the timeline sweep needs of each op is kept, 24 bytes an op, and swept once per device for
-//! the breakdowns of every window and the longest idle gaps ([`super::sweep`]); the CUDA call a
-//! process was in when each of those gaps began is asked of the source last.
+//! the timeline sweep needs of each op (24 bytes) goes to a buffer of each chunk, spilled as a
+//! sorted run to a temporary file when full ([`super::runs`]); after the scan the runs are merged
+//! by start and swept once per device, a slab at a time, for the breakdowns of every window and
+//! the longest idle gaps ([`super::sweep`]); the CUDA call a process was in when each of those
+//! gaps began is asked of the source last.
 //!
 //! An nsys export streams through this; a loaded trace (Kineto, or a test's) is one more source.
 //! `--device` and `--process` keep only the GPU work they name, and the host activity of the
@@ -31,7 +33,7 @@ use super::plan::{
 };
 use super::straggler;
 use super::summary::{phase_profile, Ranged, Totals};
-use super::sweep::{next_process, sweep, Op, Window, NO_STEP};
+use super::sweep::{sweep, Op, Window, NO_STEP};
 use super::{range_names_hint, AttentionProfile, IdleGap, Profile, ProfileOptions, RangeTime};
 use crate::attribution::launches::{max_bits, LaunchIndex};
 use crate::attribution::operators::{Operators, NONE as NO_CALL};
@@ -110,9 +112,11 @@ pub(super) fn run<S: TraceSource>(
         chunks.push((c.corr, global));
     }
     let launches = LaunchIndex::build(chunks, bits);
+    drop(ctx_ids);
 
     // The selections, from the ranges alone, and which instance of each claims a context.
     let mut plan = Plan::new(&trace, opts, &ranges, &ctxs, operators);
+    drop(ctxs);
     let by_op = plan.operators.is_some();
     if let Some(sink) = sink {
         plan.claims = true;
@@ -181,6 +185,9 @@ pub(super) fn run<S: TraceSource>(
     for w in mem_ops.chain(graphs) {
         plan.work(&mut rest, &launches, w);
     }
+    // The launch index and the ranges' pieces have served: what follows holds no call.
+    drop(launches);
+    drop(ranges);
     if let Some(sink) = sink {
         // Memory operations and graphs name no kernel.
         hand_over(
@@ -198,7 +205,8 @@ pub(super) fn run<S: TraceSource>(
         .iter()
         .map(|c| source.intern_kernels(&mut trace, &c.kids))
         .collect();
-    let merged = Merged::new(chunks, &kid_names, &plan, &trace);
+    let spill = std::mem::take(&mut plan.spill);
+    let merged = Merged::new(chunks, &kid_names, &plan, &trace, spill)?;
     let graphs = graph_summary(&trace, &untraced, &traced);
     let profile = plan.profile(&trace, opts, merged, graphs, &*source)?;
     Ok((profile, kernel_count))
@@ -287,7 +295,8 @@ impl Plan {
             mut selections,
             whole,
             pairs,
-            timelines,
+            mut ops,
+            spans,
             any_linked,
             by_time,
             operators,
@@ -349,12 +358,6 @@ impl Plan {
             }
             inst_windows.push(per);
         }
-        let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
-        for o in timelines.all() {
-            let e = spans.entry(o.device).or_insert((o.start, o.end()));
-            e.0 = e.0.min(o.start);
-            e.1 = e.1.max(o.end());
-        }
         let span_windows: Vec<(u32, usize)> = spans
             .iter()
             .map(|(&d, &(s, e))| {
@@ -395,7 +398,20 @@ impl Plan {
         } else {
             step_windows.iter().map(|w| w.1).collect()
         };
-        let swept = sweep(&timelines.groups(), &windows, &gap_windows, opts.top);
+        // The ops, by start, swept; the communication kernels kept for the waits.
+        let mut communication: Vec<Op> = Vec::new();
+        let swept = sweep(
+            || ops.next_op(),
+            &windows,
+            &gap_windows,
+            opts.top,
+            |o| {
+                if arrives(o) {
+                    communication.push(*o);
+                }
+            },
+        )?;
+        drop(ops);
         let b = |w: usize| swept.breakdowns[w];
 
         let ranged = |s: usize| -> Ranged {
@@ -524,7 +540,7 @@ impl Plan {
             ));
         }
         // The waits at collectives: each rank's communication kernels, in the measured steps.
-        let waits = straggler::waits(&arrivals(timelines.kernels(), &step_breakdown));
+        let waits = straggler::waits(&arrivals(&communication, &step_breakdown));
         let steps_run = super::ranges::steps_per_process(trace, &self.steps);
         let step_ns = (!step_breakdown.is_empty()).then(|| {
             let spans: i64 = step_breakdown.iter().map(|s| s.breakdown.span_ns).sum();
@@ -580,20 +596,7 @@ impl Plan {
             super::step_gap_windows(&step_breakdown)
         };
         let host = HostActivity::new(trace);
-        let found: Vec<(i64, i64, usize, Option<u32>)> = swept
-            .gaps
-            .iter()
-            .map(|&(s, e, g)| {
-                let device = gap_list[g].device;
-                (
-                    s,
-                    e,
-                    g,
-                    next_process(timelines.of_device(device), device, e),
-                )
-            })
-            .collect();
-        drop(timelines);
+        let found = swept.gaps;
         let queries: Vec<(u32, i64)> = found.iter().filter_map(|f| Some((f.3?, f.0))).collect();
         let calls = source.calls_at(&queries)?;
         let idle_gaps = found
@@ -670,13 +673,14 @@ impl Plan {
     }
 }
 
-/// Each rank's arrivals at collectives: the starts of its communication kernels (`ops` sorted by
-/// start on each device), inside its measured steps when there are any.
-fn arrivals<'a>(
-    ops: impl Iterator<Item = &'a Op>,
-    steps: &[StepBreakdown],
-) -> BTreeMap<(u32, u32), Vec<i64>> {
-    let communication = KINDS.iter().position(|&k| k == COMMUNICATION);
+/// Whether an op is an arrival at a collective: the start of a communication kernel.
+fn arrives(o: &Op) -> bool {
+    o.starts() && KINDS.get(o.kind()) == Some(&COMMUNICATION)
+}
+
+/// Each rank's arrivals at collectives: the starts of its communication kernels (`ops`, the ops
+/// that [`arrives`] keeps, by start), inside its measured steps when there are any.
+fn arrivals(ops: &[Op], steps: &[StepBreakdown]) -> BTreeMap<(u32, u32), Vec<i64>> {
     let mut windows: HashMap<(u32, u32), Vec<(i64, i64)>> = HashMap::new();
     for s in steps {
         let end = s.start_ns.saturating_add(s.breakdown.span_ns);
@@ -686,7 +690,7 @@ fn arrivals<'a>(
             .push((s.start_ns, end));
     }
     let mut out: BTreeMap<(u32, u32), Vec<i64>> = BTreeMap::new();
-    for o in ops.filter(|o| o.starts() && Some(o.kind()) == communication) {
+    for o in ops {
         let rank = (o.device, o.pid());
         let inside = steps.is_empty()
             || windows

@@ -33,6 +33,7 @@ pub mod operators;
 mod plan;
 pub mod ranges;
 pub mod ranks;
+mod runs;
 pub mod straggler;
 mod summary;
 mod sweep;

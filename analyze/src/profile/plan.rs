@@ -8,7 +8,8 @@
 //! correlation id) with their context ([`crate::attribution::launches`]), so a kernel finds its
 //! instances in constant time. What is summed per instance, per selection, per (device, process)
 //! pair and for the whole trace is kept per chunk of rows ([`WorkChunk`]) and merged in order
-//! ([`Merged`]); each op's start, end, device, process and kind are kept for the timeline sweep.
+//! ([`Merged`]); each op's start, end, device, process and kind go to the timeline sweep, a
+//! chunk's ops buffered a run at a time and spilled when the buffer is full ([`super::runs`]).
 //! With `--by op` a context also names the operator call its calls were made in, and each kernel
 //! of the measured steps is summed under that call's operator as well ([`super::operators`]).
 
@@ -26,8 +27,9 @@ pub(super) use super::context::{ApiChunk, Classes, Context, Ranges};
 use super::devices::Pair;
 use super::operators::{OpChunk, OpPlan, OpTotals};
 use super::ranges::{closest_name, find_steps, group_name, is_host_range, select, Selection};
+use super::runs::{Merge, Spill, RUN_OPS};
 use super::summary::{Item, Totals};
-use super::sweep::{Op, Timelines, NO_STEP};
+use super::sweep::{Op, NO_STEP};
 use super::{names_matching, Attribution, ProfileOptions, DEFAULT_STEPS, PROFILER_STEPS};
 
 /// No instance.
@@ -179,7 +181,10 @@ pub(super) struct WorkChunk<N> {
     pub(super) pairs: BTreeMap<(u32, u32), Pair>,
     /// The pair last met and its sums so far (added to `pairs` when another comes).
     pub(super) pair: Option<((u32, u32), Pair)>,
+    /// The ops not yet spilled ([`RUN_OPS`] at most), and the first start and last end of the
+    /// ops of each device.
     pub(super) ops: Vec<Op>,
+    pub(super) spans: FastMap<u32, (i64, i64)>,
     /// Kernel rows read, kept or not.
     pub(super) kernels: usize,
     pub(super) any_linked: bool,
@@ -209,6 +214,7 @@ impl<N> Default for WorkChunk<N> {
             pairs: BTreeMap::new(),
             pair: None,
             ops: Vec::new(),
+            spans: FastMap::default(),
             kernels: 0,
             any_linked: false,
             by_time: (0, 0),
@@ -269,6 +275,8 @@ pub(super) struct Plan {
     pub(super) operators: Option<OpPlan>,
     /// Whether each piece of work is kept as a [`Claim`] for a sink.
     pub(super) claims: bool,
+    /// Where the chunks' full buffers of ops go.
+    pub(super) spill: Spill,
 }
 
 impl Plan {
@@ -423,6 +431,7 @@ impl Plan {
             attention,
             operators,
             claims: false,
+            spill: Spill::default(),
         }
     }
 
@@ -546,7 +555,17 @@ impl Plan {
             };
             let k = KINDS.iter().position(|&x| x == kind).unwrap_or(0);
             let ops = &mut c.ops;
-            Op::pieces(w.start, end, step, w.device, w.pid, k, |op| ops.push(op));
+            let mut last = end;
+            Op::pieces(w.start, end, step, w.device, w.pid, k, |op| {
+                last = op.end();
+                ops.push(op)
+            });
+            let span = c.spans.entry(w.device).or_insert((w.start, last));
+            span.0 = span.0.min(w.start);
+            span.1 = span.1.max(last);
+            if c.ops.len() >= RUN_OPS {
+                self.spill.put(&mut c.ops);
+            }
         }
     }
 }
@@ -557,8 +576,10 @@ pub(super) struct Merged {
     pub(super) selections: Vec<Totals>,
     pub(super) whole: Totals,
     pub(super) pairs: BTreeMap<(u32, u32), Pair>,
-    /// Every op, kernels and the others, on timelines that no two files share.
-    pub(super) timelines: Timelines,
+    /// Every op, kernels and the others, by start.
+    pub(super) ops: Merge,
+    /// The first start and last end of each device's ops.
+    pub(super) spans: BTreeMap<u32, (i64, i64)>,
     pub(super) any_linked: bool,
     /// Kernels and graphs counted in a step by time, not by a launch call: count, time.
     pub(super) by_time: (usize, i64),
@@ -594,57 +615,64 @@ fn totals(
 }
 
 impl Merged {
+    /// The chunks' sums merged, and their ops, those spilled to `spill` and those left in the
+    /// chunks, merged by start.
     pub(super) fn new<N>(
         chunks: Vec<WorkChunk<N>>,
         names: &[Vec<(StrId, StrId)>],
         plan: &Plan,
         trace: &Trace,
-    ) -> Merged {
+        spill: Spill,
+    ) -> crate::error::Result<Merged> {
         let n = plan.selections.len();
-        let mut m = Merged {
-            instances: vec![FastMap::default(); n],
-            selections: (0..n).map(|_| Totals::default()).collect(),
-            whole: Totals::default(),
-            pairs: BTreeMap::new(),
-            timelines: Timelines::default(),
-            any_linked: false,
-            by_time: (0, 0),
-            operators: None,
-        };
+        let mut instances: Vec<FastMap<u32, InstanceSums>> = vec![FastMap::default(); n];
+        let mut selections: Vec<Totals> = (0..n).map(|_| Totals::default()).collect();
+        let mut whole = Totals::default();
+        let mut pairs = BTreeMap::new();
+        let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
+        let mut any_linked = false;
+        let mut by_time: (usize, i64) = (0, 0);
         let text = |id: StrId| trace.name(id).to_owned();
-        let last = chunks.len().saturating_sub(1);
         let mut runs = Vec::new();
-        let mut rest = Vec::new();
         let mut op_chunks = Vec::new();
         for (i, mut c) in chunks.into_iter().enumerate() {
             op_chunks.push(std::mem::take(&mut c.operators));
-            m.any_linked |= c.any_linked;
-            m.by_time.0 += c.by_time.0;
-            m.by_time.1 = m.by_time.1.saturating_add(c.by_time.1);
-            if i == last {
-                rest = std::mem::take(&mut c.ops);
-            } else {
-                runs.push(std::mem::take(&mut c.ops));
+            any_linked |= c.any_linked;
+            by_time.0 += c.by_time.0;
+            by_time.1 = by_time.1.saturating_add(c.by_time.1);
+            runs.push(std::mem::take(&mut c.ops));
+            for (d, (s, e)) in c.spans.drain() {
+                let span = spans.entry(d).or_insert((s, e));
+                span.0 = span.0.min(s);
+                span.1 = span.1.max(e);
             }
             for (s, insts) in c.instances.into_iter().enumerate() {
                 for (i, sums) in insts {
-                    m.instances[s].entry(i).or_default().merge(sums);
+                    instances[s].entry(i).or_default().merge(sums);
                 }
             }
             for (s, sums) in c.selections.iter().enumerate() {
-                totals(&mut m.selections[s], sums, &names[i], &c.classes, &text);
+                totals(&mut selections[s], sums, &names[i], &c.classes, &text);
             }
-            totals(&mut m.whole, &c.whole, &names[i], &c.classes, &text);
+            totals(&mut whole, &c.whole, &names[i], &c.classes, &text);
             if let Some((k, p)) = c.pair.take() {
                 merge_pair(c.pairs.entry(k).or_default(), &p);
             }
             for (k, p) in c.pairs {
-                merge_pair(m.pairs.entry(k).or_default(), &p);
+                merge_pair(pairs.entry(k).or_default(), &p);
             }
         }
-        m.operators = (plan.operators.as_ref()).map(|p| OpTotals::new(p, op_chunks.into_iter()));
-        m.timelines = Timelines::new(runs, rest);
-        m
+        Ok(Merged {
+            instances,
+            selections,
+            whole,
+            pairs,
+            ops: spill.merge(runs)?,
+            spans,
+            any_linked,
+            by_time,
+            operators: (plan.operators.as_ref()).map(|p| OpTotals::new(p, op_chunks.into_iter())),
+        })
     }
 }
 

@@ -9,10 +9,11 @@
 //! `other_work_ns`, never its compute. So each op's time is in one step, and the steps' sums
 //! never exceed the trace's.
 //!
-//! A long trace is swept in time slabs side by side, each beginning with the ops still running
-//! at its start; the slabs' sums are those of one sweep ([`sweep`] says why).
+//! The ops stream in by start ([`super::runs::Merge`]) and are swept in time slabs of a bounded
+//! number of ops, side by side, each beginning with the ops still running at its start; the
+//! slabs' sums are those of one sweep ([`sweep`] says why), and no more than a few slabs of ops
+//! are held at once.
 
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
@@ -36,6 +37,9 @@ pub(super) struct Op {
 }
 
 pub(super) const PID_BITS: u32 = 24;
+
+/// The bytes of an op as it is spilled ([`Op::to_bytes`]).
+pub(super) const OP_BYTES: usize = 24;
 
 /// The mark of a piece that continues a long op.
 const CONTINUED: u32 = 1 << 31;
@@ -88,6 +92,31 @@ impl Op {
     pub(super) fn starts(&self) -> bool {
         self.pid_kind & CONTINUED == 0
     }
+
+    /// The op as bytes, for a temporary file ([`super::runs`]).
+    pub(super) fn to_bytes(self) -> [u8; OP_BYTES] {
+        let mut b = [0u8; OP_BYTES];
+        b[..8].copy_from_slice(&self.start.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.step.to_le_bytes());
+        b[16..20].copy_from_slice(&self.device.to_le_bytes());
+        b[20..].copy_from_slice(&self.pid_kind.to_le_bytes());
+        b
+    }
+
+    /// The op of [`Op::to_bytes`]'s bytes (`b` holds [`OP_BYTES`]).
+    pub(super) fn from_bytes(b: &[u8]) -> Op {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut start = [0u8; 8];
+        start.copy_from_slice(&b[..8]);
+        Op {
+            start: i64::from_le_bytes(start),
+            len: word(8),
+            step: word(12),
+            device: word(16),
+            pid_kind: word(20),
+        }
+    }
 }
 
 /// A window of a device's timeline to break down.
@@ -101,17 +130,25 @@ pub(super) struct Window {
 }
 
 /// The breakdown of every window, and the longest idle stretches inside the gap windows: one
-/// sweep of each device's ops (sorted by device, start, process).
+/// sweep of each device's ops.
 pub(super) struct Sweep {
     pub(super) breakdowns: Vec<Breakdown>,
-    /// (start, end, gap window) of the idle stretches kept.
-    pub(super) gaps: Vec<(i64, i64, usize)>,
+    /// (start, end, gap window, process of the first op to start on the device at or after
+    /// the end: the one that ended it) of the idle stretches kept.
+    pub(super) gaps: Vec<(i64, i64, usize, Option<u32>)>,
 }
 
 /// Idle stretches ordered longest first, then earliest, then by window: the worst at the top of
-/// a max-heap.
-#[derive(PartialEq, Eq)]
-struct Stretch(i64, i64, usize);
+/// a max-heap. The process that ends one (found once it is kept) takes no part in the order.
+struct Stretch(i64, i64, usize, Option<u32>);
+
+impl PartialEq for Stretch {
+    fn eq(&self, o: &Stretch) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Stretch {}
 
 impl Ord for Stretch {
     fn cmp(&self, o: &Stretch) -> std::cmp::Ordering {
@@ -257,7 +294,8 @@ impl Slab<'_> {
                 // Idle time is what the segments that ran something leave of the window; an idle
                 // stretch is only looked at as a gap.
                 listed = true;
-                self.heap.push(Stretch(a.max(win.start), b.min(win.end), g));
+                self.heap
+                    .push(Stretch(a.max(win.start), b.min(win.end), g, None));
                 if self.heap.len() > self.layout.top {
                     self.heap.pop();
                 }
@@ -375,39 +413,42 @@ fn sweep_slab<'a>(
     }
     slab
 }
-/// Ops a slab holds at least: fewer are swept in one piece.
+/// Ops a slab holds at least: 1.5 MiB (the last slab fewer).
 const SLAB_OPS: usize = 1 << 16;
 
-/// Sweep each group's ops (both lists sorted by start, the group holding every op of its
-/// devices) device by device, cutting each device's timeline into segments and adding each
-/// segment to the windows it overlaps.
+/// Sweep the ops `next` gives (by start, `None` after the last) device by device, cutting each
+/// device's timeline into segments and adding each segment to the windows it overlaps; `each`
+/// sees every op, in order.
 ///
-/// A long trace is cut in time into slabs swept side by side. A slab begins with the ops still
-/// running at its start, found among the ops that outlast the slabs before it; there a busy
-/// device's segment is split in two, which adds the same to every window, and an idle device is
-/// not cut at all. The slabs' parts of each window are added up and their idle stretches merged,
-/// so the result is the one sweep's. Groups, whose devices differ, are swept side by side too.
-pub(super) fn sweep(
-    groups: &[[&[Op]; 2]],
+/// The ops are cut in time into slabs of about [`SLAB_OPS`], a few swept side by side while
+/// the next few are read. A slab begins with the ops still running at its start, carried over
+/// from the slabs before it; there a busy device's segment is split in two, which adds the same
+/// to every window, and an idle device is not cut at all. The slabs' parts of each window are
+/// added up and their idle stretches merged, so the result is the one sweep's. An idle stretch
+/// ends where an op of its device starts in the same slab, so the process that ends it is found
+/// there, while the slab's ops are held.
+pub(super) fn sweep<E: Send>(
+    next: impl FnMut() -> Result<Option<Op>, E> + Send,
     windows: &[Window],
     gap_windows: &[usize],
     top: usize,
-) -> Sweep {
-    let most = 4 * rayon::current_num_threads();
-    let counts: Vec<usize> = (groups.iter())
-        .map(|g| ((g[0].len() + g[1].len()) / SLAB_OPS).clamp(1, most))
-        .collect();
-    sweep_in(groups, windows, gap_windows, top, &counts)
+    each: impl FnMut(&Op) + Send,
+) -> Result<Sweep, E> {
+    sweep_in(next, windows, gap_windows, top, each, SLAB_OPS)
 }
 
-/// [`sweep`] with each group in at most its `counts` slabs.
-fn sweep_in(
-    groups: &[[&[Op]; 2]],
+/// A slab read and ready to sweep: its ops, its entry, where it begins and where the next does.
+type Ready = (Vec<Op>, Entry, Option<i64>, Option<i64>);
+
+/// [`sweep`] in slabs of at least `slab_ops`.
+fn sweep_in<E: Send>(
+    mut next: impl FnMut() -> Result<Option<Op>, E> + Send,
     windows: &[Window],
     gap_windows: &[usize],
     top: usize,
-    counts: &[usize],
-) -> Sweep {
+    mut each: impl FnMut(&Op) + Send,
+    slab_ops: usize,
+) -> Result<Sweep, E> {
     let mut layout = Layout {
         windows,
         by_device: FastMap::default(),
@@ -423,10 +464,6 @@ fn sweep_in(
     for list in layout.by_device.values_mut() {
         list.sort_by_key(|&i| windows[i].start);
     }
-    let slabs: Vec<Slab> = (groups.par_iter().zip(counts))
-        .flat_map_iter(|(&ops, &count)| slabs(&layout, ops, count))
-        .collect();
-
     let mut breakdowns: Vec<Breakdown> = windows
         .iter()
         .map(|w| Breakdown {
@@ -436,237 +473,97 @@ fn sweep_in(
         .collect();
     let mut covered = vec![0i64; windows.len()];
     let mut heap: BinaryHeap<Stretch> = BinaryHeap::new();
-    for slab in slabs {
-        for (w, part, c) in slab.parts {
-            breakdowns[w].add(&part);
-            covered[w] = covered[w].saturating_add(c);
+
+    let side_by_side = rayon::current_num_threads().max(1);
+    // The ops before the next slab that are still running at its start, and the time each
+    // device last reached.
+    let mut carried = Entry::default();
+    let mut from: Option<i64> = None;
+    let mut pending = next()?;
+    let mut read = |pending: &mut Option<Op>, from: &mut Option<i64>| -> Result<Vec<Ready>, E> {
+        let mut batch = Vec::new();
+        while batch.len() < side_by_side && pending.is_some() {
+            let mut ops: Vec<Op> = Vec::with_capacity(slab_ops.min(SLAB_OPS));
+            // All the ops of one start go to one slab: the next begins at a later start.
+            while let Some(op) = *pending {
+                if ops.len() >= slab_ops && ops.last().is_some_and(|l| l.start < op.start) {
+                    break;
+                }
+                each(&op);
+                ops.push(op);
+                *pending = next()?;
+            }
+            let stop = pending.map(|o| o.start);
+            let entry = Entry {
+                running: carried.running.clone(),
+                reached: carried.reached.clone(),
+            };
+            for op in &ops {
+                let e = carried.reached.entry(op.device).or_insert(i64::MIN);
+                *e = (*e).max(op.end());
+                if stop.is_some_and(|t| op.end() > t) {
+                    carried.running.push(*op);
+                }
+            }
+            if let Some(t) = stop {
+                carried.running.retain(|o| o.end() > t);
+            }
+            batch.push((ops, entry, *from, stop));
+            *from = stop;
         }
-        for s in slab.heap {
-            heap.push(s);
-            if heap.len() > top {
-                heap.pop();
+        Ok(batch)
+    };
+    let mut batch = read(&mut pending, &mut from)?;
+    while !batch.is_empty() {
+        // Sweep this batch while the next is read.
+        let (slabs, more) = rayon::join(
+            || {
+                batch
+                    .into_par_iter()
+                    .map(|(ops, entry, from, stop)| {
+                        let slab = sweep_slab(&layout, [&ops, &[]], entry, from, stop);
+                        let found: Vec<Stretch> = (slab.heap.into_iter())
+                            .map(|s| {
+                                let device = windows[gap_windows[s.2]].device;
+                                let pid = next_process([&ops, &[]], device, s.1);
+                                Stretch(s.0, s.1, s.2, pid)
+                            })
+                            .collect();
+                        (slab.parts, found)
+                    })
+                    .collect::<Vec<_>>()
+            },
+            || read(&mut pending, &mut from),
+        );
+        for (parts, found) in slabs {
+            for (w, part, c) in parts {
+                breakdowns[w].add(&part);
+                covered[w] = covered[w].saturating_add(c);
+            }
+            for s in found {
+                heap.push(s);
+                if heap.len() > top {
+                    heap.pop();
+                }
             }
         }
+        batch = more?;
     }
     for (w, b) in breakdowns.iter_mut().enumerate() {
         b.idle_ns = b
             .idle_ns
             .saturating_add(b.span_ns.saturating_sub(covered[w]));
     }
-    let mut gaps: Vec<(i64, i64, usize)> = heap.into_iter().map(|s| (s.0, s.1, s.2)).collect();
-    let length = |g: &(i64, i64, usize)| g.1.saturating_sub(g.0);
+    let mut gaps: Vec<(i64, i64, usize, Option<u32>)> =
+        heap.into_iter().map(|s| (s.0, s.1, s.2, s.3)).collect();
+    let length = |g: &(i64, i64, usize, Option<u32>)| g.1.saturating_sub(g.0);
     gaps.sort_unstable_by(|a, b| {
         length(b)
             .cmp(&length(a))
             .then(a.0.cmp(&b.0))
             .then(a.2.cmp(&b.2))
     });
-    Sweep { breakdowns, gaps }
-}
-
-/// One group's ops (both lists sorted by start) swept in at most `count` slabs side by side.
-fn slabs<'a>(layout: &'a Layout<'a>, ops: [&[Op]; 2], count: usize) -> Vec<Slab<'a>> {
-    // The slabs' starts: op starts, evenly spaced in the longer list, strictly increasing.
-    let longer = if ops[0].len() >= ops[1].len() {
-        ops[0]
-    } else {
-        ops[1]
-    };
-    let mut cuts: Vec<i64> = (1..count)
-        .map(|k| longer[k * longer.len() / count].start)
-        .collect();
-    cuts.dedup();
-    let first = ops.iter().filter_map(|l| l.first()).map(|o| o.start).min();
-    cuts.retain(|&t| first.is_some_and(|f| t > f));
-    let bounds: Vec<[&[Op]; 2]> = (0..=cuts.len())
-        .map(|k| {
-            ops.map(|list| {
-                let at = |c: Option<&i64>| {
-                    c.map_or(list.len(), |&t| list.partition_point(|o| o.start < t))
-                };
-                let from = if k == 0 { 0 } else { at(cuts.get(k - 1)) };
-                &list[from..at(cuts.get(k))]
-            })
-        })
-        .collect();
-
-    // Each slab's latest end per device, and its ops that outlast it.
-    let outlasting: Vec<(FastMap<u32, i64>, Vec<Op>)> = bounds
-        .par_iter()
-        .enumerate()
-        .map(|(k, slab)| {
-            let mut reached: FastMap<u32, i64> = FastMap::default();
-            let mut outlast = Vec::new();
-            for op in slab.iter().flat_map(|l| l.iter()) {
-                let e = reached.entry(op.device).or_insert(i64::MIN);
-                *e = (*e).max(op.end());
-                if cuts.get(k).is_some_and(|&t| op.end() > t) {
-                    outlast.push(*op);
-                }
-            }
-            (reached, outlast)
-        })
-        .collect();
-    let mut entries = Vec::with_capacity(bounds.len());
-    let mut entry = Entry::default();
-    for (k, (reached, outlast)) in outlasting.into_iter().enumerate() {
-        entries.push(Entry {
-            running: entry.running.clone(),
-            reached: entry.reached.clone(),
-        });
-        for (d, e) in reached {
-            let r = entry.reached.entry(d).or_insert(e);
-            *r = (*r).max(e);
-        }
-        entry.running.extend(outlast);
-        if let Some(&t) = cuts.get(k) {
-            entry.running.retain(|o| o.end() > t);
-        }
-    }
-
-    bounds
-        .into_par_iter()
-        .zip(entries)
-        .enumerate()
-        .map(|(k, (slab, entry))| {
-            let from = k.checked_sub(1).map(|k| cuts[k]);
-            sweep_slab(layout, slab, entry, from, cuts.get(k).copied())
-        })
-        .collect()
-}
-
-/// A profile's ops on timelines no two groups share: each group holds every op of its devices,
-/// the kernels' and the others' (memory operations, graphs) apart, each list sorted by start. One
-/// export's kernels make one group; the files of a run, whose devices differ, one group each,
-/// swept side by side without first being merged into one list.
-#[derive(Default)]
-pub(super) struct Timelines {
-    groups: Vec<[Vec<Op>; 2]>,
-    of_device: FastMap<u32, usize>,
-}
-
-impl Timelines {
-    /// The timelines of `runs`, the kernel chunks' ops in the chunks' order (each chunk's by start
-    /// where its source gives them so), and of `rest`, the other ops.
-    pub(super) fn new(runs: Vec<Vec<Op>>, rest: Vec<Op>) -> Timelines {
-        let sorted = |r: &[Op]| r.windows(2).all(|w| w[0].start <= w[1].start);
-        let in_time = runs.iter().all(|r| sorted(r));
-        // Chunks that follow each other in time make one run.
-        let mut joined: Vec<Vec<Op>> = Vec::new();
-        for mut r in runs.into_iter().filter(|r| !r.is_empty()) {
-            match joined.last_mut() {
-                Some(m) if !in_time || m.last().is_some_and(|l| l.start <= r[0].start) => {
-                    m.append(&mut r)
-                }
-                _ => joined.push(r),
-            }
-        }
-        // Runs that share a device make one group (union-find over the runs).
-        let mut parent: Vec<usize> = (0..joined.len()).collect();
-        fn root(parent: &mut [usize], mut i: usize) -> usize {
-            while parent[i] != i {
-                parent[i] = parent[parent[i]];
-                i = parent[i];
-            }
-            i
-        }
-        let mut first_run: FastMap<u32, usize> = FastMap::default();
-        for (i, r) in joined.iter().enumerate() {
-            let mut last = None;
-            for o in r {
-                if last == Some(o.device) {
-                    continue;
-                }
-                last = Some(o.device);
-                let j = *first_run.entry(o.device).or_insert(i);
-                let (a, b) = (root(&mut parent, i), root(&mut parent, j));
-                parent[a.max(b)] = a.min(b);
-            }
-        }
-        let mut slot_of_root: FastMap<usize, usize> = FastMap::default();
-        let mut members: Vec<Vec<Vec<Op>>> = Vec::new();
-        for (i, r) in joined.into_iter().enumerate() {
-            let next = members.len();
-            let slot = *slot_of_root.entry(root(&mut parent, i)).or_insert(next);
-            if slot == next {
-                members.push(Vec::new());
-            }
-            members[slot].push(r);
-        }
-        let mut groups: Vec<[Vec<Op>; 2]> = members
-            .into_iter()
-            .map(|runs| {
-                let mut ops = by_start(runs);
-                if !sorted(&ops) {
-                    ops.par_sort_unstable_by_key(|o| o.start);
-                }
-                [ops, Vec::new()]
-            })
-            .collect();
-        let mut of_device: FastMap<u32, usize> = FastMap::default();
-        for (d, i) in first_run {
-            of_device.insert(d, slot_of_root[&root(&mut parent, i)]);
-        }
-        // The other ops join their device's group; a device with none of the kernels makes a
-        // group of its own.
-        for o in rest {
-            let g = *of_device.entry(o.device).or_insert_with(|| {
-                groups.push([Vec::new(), Vec::new()]);
-                groups.len() - 1
-            });
-            groups[g][1].push(o);
-        }
-        for g in &mut groups {
-            g[1].sort_unstable_by_key(|o| o.start);
-        }
-        Timelines { groups, of_device }
-    }
-
-    /// Each group's kernel ops and other ops.
-    pub(super) fn groups(&self) -> Vec<[&[Op]; 2]> {
-        (self.groups.iter())
-            .map(|g| [&g[0][..], &g[1][..]])
-            .collect()
-    }
-
-    /// The group that holds `device`'s ops: no ops for a device without any.
-    pub(super) fn of_device(&self, device: u32) -> [&[Op]; 2] {
-        match self.of_device.get(&device) {
-            Some(&g) => [&self.groups[g][0], &self.groups[g][1]],
-            None => [&[], &[]],
-        }
-    }
-
-    /// The kernels' ops, group after group.
-    pub(super) fn kernels(&self) -> impl Iterator<Item = &Op> {
-        self.groups.iter().flat_map(|g| &g[0])
-    }
-
-    /// Every op, group after group.
-    pub(super) fn all(&self) -> impl Iterator<Item = &Op> {
-        self.groups.iter().flat_map(|g| g.iter().flatten())
-    }
-}
-
-/// Runs of ops, each by start, in one list: merged by start, equal starts in the runs' order, as
-/// a stable sort would leave them, without its buffer.
-fn by_start(mut runs: Vec<Vec<Op>>) -> Vec<Op> {
-    if runs.len() <= 1 {
-        return runs.pop().unwrap_or_default();
-    }
-    let mut out = Vec::with_capacity(runs.iter().map(Vec::len).sum());
-    let mut next = vec![0usize; runs.len()];
-    let mut heap: BinaryHeap<Reverse<(i64, usize)>> = (runs.iter().enumerate())
-        .map(|(i, r)| Reverse((r[0].start, i)))
-        .collect();
-    while let Some(Reverse((_, i))) = heap.pop() {
-        out.push(runs[i][next[i]]);
-        next[i] += 1;
-        if let Some(o) = runs[i].get(next[i]) {
-            heap.push(Reverse((o.start, i)));
-        }
-    }
-    out
+    Ok(Sweep { breakdowns, gaps })
 }
 
 /// The process of the first op that starts on `device` at or after `t` (the least process among
@@ -778,56 +675,42 @@ mod tests {
         (kernels, rest, windows, gaps)
     }
 
-    /// Swept in slabs side by side, a trace gives what one sweep of it gives.
+    /// Swept in slabs side by side, a trace gives what one sweep of it gives, and the process
+    /// found in its slab to end each idle gap is the one the whole trace gives.
     #[test]
     fn slabs_sum_to_one_sweep() {
         for seed in [1, 7, 42] {
             let (kernels, rest, windows, gaps) = trace(seed);
+            let mut all: Vec<Op> = kernels.iter().chain(&rest).copied().collect();
+            all.sort_by_key(|o| o.start);
+            let run = |top: usize, slab_ops: usize| {
+                let mut ops = all.iter().copied();
+                let mut seen = 0;
+                let swept = sweep_in(
+                    || Ok::<_, ()>(ops.next()),
+                    &windows,
+                    &gaps,
+                    top,
+                    |_| seen += 1,
+                    slab_ops,
+                )
+                .expect("no error");
+                assert_eq!(seen, all.len());
+                swept
+            };
             // Every idle stretch listed, so that one split or swept twice would show.
             for top in [10, usize::MAX] {
-                let one = sweep_in(&[[&kernels, &rest]], &windows, &gaps, top, &[1]);
+                let one = run(top, usize::MAX);
                 assert!(one.gaps.len() >= 10 && one.breakdowns.iter().any(|b| b.other_work_ns > 0));
-                for count in [2, 3, 8, 50] {
-                    let cut = sweep_in(&[[&kernels, &rest]], &windows, &gaps, top, &[count]);
-                    assert_eq!(cut.breakdowns, one.breakdowns, "seed {seed}, {count} slabs");
-                    assert_eq!(cut.gaps, one.gaps, "seed {seed}, {count} slabs");
+                for g in &one.gaps {
+                    let device = windows[gaps[g.2]].device;
+                    assert_eq!(g.3, next_process([&all, &[]], device, g.1), "seed {seed}");
                 }
-            }
-        }
-    }
-
-    /// The ops of each device in a run of their own, as the files of a run come, make a group
-    /// each, swept side by side; runs that share a device are merged into one group. Either way
-    /// the sweep is that of every op in one list.
-    #[test]
-    fn groups_sum_to_one_sweep() {
-        for seed in [3, 11] {
-            let (kernels, rest, windows, gaps) = trace(seed);
-            let one = sweep_in(&[[&kernels, &rest]], &windows, &gaps, usize::MAX, &[1]);
-            let on = |d: u32| kernels.iter().filter(move |o| o.device == d).copied();
-            let per_device =
-                Timelines::new((0..3).map(|d| on(d).collect()).collect(), rest.clone());
-            // Device 1's ops shared between two runs, which must be swept as one group.
-            let (mut a, mut b): (Vec<Op>, Vec<Op>) = (on(0).collect(), on(2).collect());
-            for (i, o) in on(1).enumerate() {
-                if i % 2 == 0 {
-                    a.push(o)
-                } else {
-                    b.push(o)
+                for slab_ops in [1, 7, 100, 1000] {
+                    let cut = run(top, slab_ops);
+                    assert_eq!(cut.breakdowns, one.breakdowns, "seed {seed}, {slab_ops}");
+                    assert_eq!(cut.gaps, one.gaps, "seed {seed}, {slab_ops}");
                 }
-            }
-            a.sort_by_key(|o| o.start);
-            b.sort_by_key(|o| o.start);
-            let shared = Timelines::new(vec![a, b], rest.clone());
-            for (timelines, groups) in [(per_device, 3), (shared, 1)] {
-                assert_eq!(timelines.groups().len(), groups, "seed {seed}");
-                let split = sweep(&timelines.groups(), &windows, &gaps, usize::MAX);
-                assert_eq!(
-                    split.breakdowns, one.breakdowns,
-                    "seed {seed}, {groups} groups"
-                );
-                assert_eq!(split.gaps, one.gaps, "seed {seed}, {groups} groups");
-                assert_eq!(timelines.all().count(), kernels.len() + rest.len());
             }
         }
     }
