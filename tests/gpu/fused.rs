@@ -544,3 +544,40 @@ fn cublaslt_adds_the_residual_into_a_new_buffer() {
         }
     }
 }
+
+#[test]
+#[cfg_attr(
+    no_gpu,
+    ignore = "needs an NVIDIA GPU: run with --include-ignored there, or build with GPU_TESTS=1"
+)]
+fn cublaslt_without_workspace_overwrites_like_cublas() {
+    let Some(rt) = runtime() else { return };
+    // Weights' gradients `dyᵀ x` over 1024 tokens: the large model's output projection (few
+    // output tiles, the shape cuBLAS splits along k) and its W2, and an odd shape.
+    for (m, n, k) in [(1280, 1280, 1024), (1280, 5120, 1024), (80, 172, 344)] {
+        let g = Gemm {
+            ta: true,
+            tb: false,
+            m,
+            n,
+            k,
+        };
+        let a0 = splitmix_values(k * m, 43);
+        let b0 = splitmix_values(k * n, 44);
+        let c0 = splitmix_values(m * n, 45);
+        for act in [DType::F32, DType::Bf16] {
+            let (a, b) = (upload_as(&rt, act, &a0), upload_as(&rt, act, &b0));
+            let want = up(&rt, &c0);
+            let (am, bm) = (Mat::new(a.ptr(), act), Mat::new(b.ptr(), act));
+            rt.blas
+                .gemm(g, 1.0, am, bm, 0.0, Mat::new(want.ptr(), DType::F32))
+                .unwrap();
+            let got = up(&rt, &c0);
+            rt.blas
+                .gemm_no_workspace(g, am, bm, Mat::new(got.ptr(), DType::F32))
+                .unwrap();
+            let err = rel(&down(&rt, &got), &down(&rt, &want));
+            assert!(err < 1e-5, "{g:?} {act:?}: differs by {err:e}");
+        }
+    }
+}

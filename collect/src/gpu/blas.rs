@@ -183,8 +183,18 @@ impl Blas {
     /// residual add without copying the residual first.
     pub fn gemm_add(&self, g: Gemm, a: Mat, b: Mat, c: Mat, d: Mat) -> Result<()> {
         let _op = self.operator_range(g, true, 1);
-        self.lt
-            .gemm_add(g, a, b, c, d, self.tf32.get(), self.sm_target.get())
+        let (tf32, sms) = (self.tf32.get(), self.sm_target.get());
+        self.lt.gemm(g, a, b, 1.0, c, d, tf32, sms, true)
+    }
+
+    /// `C = op(A) op(B)` into fp32 `C`, through cuBLASLt with the best algorithm that needs no
+    /// workspace. With a workspace, cuBLAS splits a product of few output tiles and a long `k`
+    /// (a weight's gradient over the tokens) across the SMs and zeroes the reduction's counters
+    /// with a memset first, and the product then waits for the SMs to clear.
+    pub fn gemm_no_workspace(&self, g: Gemm, a: Mat, b: Mat, c: Mat) -> Result<()> {
+        let _op = self.operator_range(g, false, 1);
+        let (tf32, sms) = (self.tf32.get(), self.sm_target.get());
+        self.lt.gemm(g, a, b, 0.0, c, c, tf32, sms, false)
     }
 
     /// `batch` products at strides (in elements) `sa`, `sb`, `sc`.

@@ -2,7 +2,8 @@
 //! and `C` different buffers. The residual stream needs exactly that: a block's input stays (the
 //! backward reads it) and its output is a new tensor, so with `cublasGemmEx` the input is first
 //! copied into the output and the product added with beta 1; here the product's epilogue reads
-//! the input and writes the sum, and the copy is gone.
+//! the input and writes the sum, and the copy is gone. And products held to algorithms that need
+//! no workspace, which `cublasGemmEx` offers only for a whole handle.
 //!
 //! Row-major in, as [`crate::gpu::blas`]: each call swaps the operands and keeps the transpose
 //! flags. `A` and `B` fp32 or bf16 (both the same), `C` and `D` fp32, fp32 accumulation (TF32
@@ -48,6 +49,8 @@ struct Key {
     operands: DType,
     tf32: bool,
     sm_target: u32,
+    /// Whether the algorithm may use the workspace.
+    workspace: bool,
 }
 
 /// The descriptors of one shape and the algorithm cuBLASLt's heuristic chose for it.
@@ -103,17 +106,20 @@ impl Lt {
         })
     }
 
-    /// `d = op(a) op(b) + c`, row-major, `c` and `d` fp32 and distinct (or the same buffer).
+    /// `d = op(a) op(b) + beta * c`, row-major, `c` and `d` fp32 and distinct (or the same
+    /// buffer). Without `workspace` the algorithm is the heuristic's best of those that need none.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn gemm_add(
+    pub(crate) fn gemm(
         &self,
         g: Gemm,
         a: Mat,
         b: Mat,
+        beta: f32,
         c: Mat,
         d: Mat,
         tf32: bool,
         sm_target: u32,
+        workspace: bool,
     ) -> Result<()> {
         debug_assert_eq!(a.dtype, b.dtype, "cuBLASLt needs both operands of one type");
         debug_assert!(c.dtype == DType::F32 && d.dtype == DType::F32);
@@ -122,13 +128,19 @@ impl Lt {
             operands: a.dtype,
             tf32: tf32 && a.dtype == DType::F32,
             sm_target,
+            workspace,
         };
         let mut plans = self.plans.borrow_mut();
         let p = match plans.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(self.plan(key)?),
         };
-        let (alpha, beta) = (1.0f32, 1.0f32);
+        let alpha = 1.0f32;
+        let (ws, ws_bytes) = if workspace {
+            (self.workspace as *mut c_void, self.workspace_bytes)
+        } else {
+            (std::ptr::null_mut(), 0)
+        };
         // SAFETY: the caller passes live device matrices of the plan's shapes and types; the
         // workspace outlives the handle; alpha and beta are fp32 as the scale type says.
         check("cublasLtMatmul", unsafe {
@@ -146,8 +158,8 @@ impl Lt {
                 d.ptr as *mut c_void,
                 p.c,
                 &p.algo,
-                self.workspace as *mut c_void,
-                self.workspace_bytes,
+                ws,
+                ws_bytes,
                 self.stream,
             )
         })
@@ -155,7 +167,7 @@ impl Lt {
 
     /// The descriptors of `key`'s product in cuBLASLt's column-major terms (the row-major
     /// `C[m, n] = op(A) op(B)` is the column-major `Cᵀ[n, m] = op(B)ᵀ op(A)ᵀ`, B first) and the
-    /// heuristic's best algorithm within the workspace.
+    /// heuristic's best algorithm within the workspace (or with none, without `key.workspace`).
     fn plan(&self, key: Key) -> Result<Plan> {
         let g = key.g;
         let compute = if key.tf32 {
@@ -235,7 +247,11 @@ impl Lt {
                 "cublasLtMatmulPreferenceCreate",
                 lt::cublasLtMatmulPreferenceCreate(&mut pref),
             )?;
-            let bytes = self.workspace_bytes as u64;
+            let bytes = if key.workspace {
+                self.workspace_bytes as u64
+            } else {
+                0
+            };
             let found = check(
                 "cublasLtMatmulPreferenceSetAttribute",
                 lt::cublasLtMatmulPreferenceSetAttribute(

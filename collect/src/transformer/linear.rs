@@ -79,20 +79,24 @@ impl Model<'_> {
         dx_frame: &str,
         dx_dtype: DType,
     ) -> Result<Buffer> {
-        self.rt.blas.gemm(
-            Gemm {
-                ta: true,
-                tb: false,
-                m: lin.d_out,
-                n: lin.d_in,
-                k: lin.rows,
-            },
-            1.0,
-            dy,
-            x,
-            0.0,
-            self.grad(lin.weight),
-        )?;
+        let dw = Gemm {
+            ta: true,
+            tb: false,
+            m: lin.d_out,
+            n: lin.d_in,
+            k: lin.rows,
+        };
+        if dy.dtype == DType::Bf16 {
+            // bf16 products are short enough that a split-K reduction's memset and wait cost more
+            // than they save; fp32 products keep cuBLAS's choice.
+            self.rt
+                .blas
+                .gemm_no_workspace(dw, dy, x, self.grad(lin.weight))?;
+        } else {
+            self.rt
+                .blas
+                .gemm(dw, 1.0, dy, x, 0.0, self.grad(lin.weight))?;
+        }
         let dx = self.alloc_in(dx_frame, dx_dtype, lin.rows * lin.d_in)?;
         self.rt.blas.gemm(
             Gemm {
