@@ -35,7 +35,7 @@ use encode::{trim_line_end, CsvCells, Group, Lead, TextCells};
 /// Where the cells of a row go, one call per cell in column order.
 pub trait CellSink {
     fn int(&mut self, v: i64);
-    /// A number printed with `decimals` decimals ([`format_fixed`]).
+    /// A number printed with `decimals` decimals ([`crate::render::format_fixed`]).
     fn float(&mut self, v: f64, decimals: usize);
     fn text(&mut self, s: &str);
     /// Text that `key` always names (an interned name): a sink may keep what it made of it.
