@@ -153,42 +153,23 @@ impl CellSink for CsvCells<'_> {
         let rows = &mut *self.rows;
         let hash = group_hash(key);
         let known = rows.groups.get(&hash);
-        // Compared in place, every number at once: a call to compare bytes costs more here.
-        let same = |k: &[i64]| {
-            k.len() == key.len() && k.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0
-        };
-        if let Some(g) = known.filter(|g| same(&g.key)) {
+        if let Some(g) = known.filter(|g| same_key(&g.key, key)) {
             rows.bytes
                 .extend_from_slice(&g.bytes[skip.min(g.bytes.len())..]);
             return;
         }
         // Another key of the same hash keeps its place; this one is made each time.
         let keep = known.is_none();
-        let mut scratch = Rows {
-            floats: std::mem::take(&mut rows.floats),
-            names: std::mem::take(&mut rows.names),
-            ..Rows::default()
-        };
-        fill(&mut CsvCells {
-            rows: &mut scratch,
-            first: false,
+        let bytes = rows.encode_apart(|scratch| {
+            fill(&mut CsvCells {
+                rows: scratch,
+                first: false,
+            })
         });
-        rows.floats = scratch.floats;
-        rows.names = scratch.names;
-        let bytes = scratch.bytes;
         rows.bytes
             .extend_from_slice(&bytes[skip.min(bytes.len())..]);
         if keep {
-            let columns = 0..0;
-            let key = key.into();
-            rows.groups.insert(
-                hash,
-                Group {
-                    key,
-                    columns,
-                    bytes,
-                },
-            );
+            rows.keep_group(hash, key, 0..0, bytes);
         }
     }
     fn as_dyn(&mut self) -> &mut dyn CellSink {
@@ -337,49 +318,66 @@ impl CellSink for TextCells<'_> {
         let start = self.column;
         let hash = group_hash(key) ^ (start as u64);
         let known = rows.groups.get(&hash);
-        let same = |g: &Group| {
-            g.columns.start == start
-                && g.key.len() == key.len()
-                && g.key.iter().zip(key).fold(0, |d, (a, b)| d | (a ^ b)) == 0
-        };
-        if let Some(g) = known.filter(|g| same(g)) {
+        if let Some(g) = known.filter(|g| g.columns.start == start && same_key(&g.key, key)) {
             rows.bytes.extend_from_slice(&g.bytes);
             self.column = g.columns.end;
             return;
         }
         let keep = known.is_none();
-        let mut scratch = Rows {
-            floats: std::mem::take(&mut rows.floats),
-            names: std::mem::take(&mut rows.names),
-            ..Rows::default()
-        };
-        let mut cells = TextCells {
-            rows: &mut scratch,
-            layout: self.layout,
-            column: start,
-        };
-        fill(&mut cells);
-        let end = cells.column;
-        rows.floats = scratch.floats;
-        rows.names = scratch.names;
-        rows.bytes.extend_from_slice(&scratch.bytes);
+        let mut end = start;
+        let layout = self.layout;
+        let bytes = rows.encode_apart(|scratch| {
+            let mut cells = TextCells {
+                rows: scratch,
+                layout,
+                column: start,
+            };
+            fill(&mut cells);
+            end = cells.column;
+        });
+        rows.bytes.extend_from_slice(&bytes);
         self.column = end;
         if keep {
-            let key = key.into();
-            let columns = start..end;
-            let bytes = scratch.bytes;
-            rows.groups.insert(
-                hash,
-                Group {
-                    key,
-                    columns,
-                    bytes,
-                },
-            );
+            rows.keep_group(hash, key, start..end, bytes);
         }
     }
     fn as_dyn(&mut self) -> &mut dyn CellSink {
         self
+    }
+}
+
+/// Whether two groups' keys are equal: compared in place, every number at once (a call to
+/// compare bytes costs more here, on every row).
+fn same_key(a: &[i64], b: &[i64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+impl Rows {
+    /// The bytes `encode` writes into rows of their own, which share these rows' encoded
+    /// numbers and names: a group of cells, kept apart to be cached.
+    fn encode_apart(&mut self, encode: impl FnOnce(&mut Rows)) -> Vec<u8> {
+        let mut scratch = Rows {
+            floats: std::mem::take(&mut self.floats),
+            names: std::mem::take(&mut self.names),
+            ..Rows::default()
+        };
+        encode(&mut scratch);
+        self.floats = scratch.floats;
+        self.names = scratch.names;
+        scratch.bytes
+    }
+
+    /// Keep a group's encoded `bytes`, filling `columns`, under its key's `hash`.
+    fn keep_group(&mut self, hash: u64, key: &[i64], columns: Range<usize>, bytes: Vec<u8>) {
+        let key = key.into();
+        self.groups.insert(
+            hash,
+            Group {
+                key,
+                columns,
+                bytes,
+            },
+        );
     }
 }
 
