@@ -32,6 +32,7 @@ impl TempFile {
         // Registered before it exists, so a signal between the two leaves nothing behind.
         lock().push(path.clone());
         let file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&path);

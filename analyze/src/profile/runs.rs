@@ -6,19 +6,19 @@
 //! takes long stretches from one run at a time.
 //!
 //! The temporary file goes in the system's temporary folder, never beside the input, and is
-//! unlinked as soon as it is made (where the system allows; else when dropped), so that no
+//! unlinked as soon as it is made (where the system allows; else when dropped, or by the signal
+//! handler, as every temporary file of the crate is), so that no
 //! error, early return or interruption leaves it behind. A trace whose ops fit the buffers
 //! writes nothing.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::formats::temp_file;
 
 use super::sweep::{Op, OP_BYTES};
 
@@ -28,42 +28,18 @@ pub(super) const RUN_OPS: usize = 1 << 16;
 /// Ops read from the file at a time, for each run being merged: 24 KiB.
 const READ_OPS: usize = 1 << 10;
 
-/// A file in the temporary folder, unlinked at once where the system allows, else when dropped.
+/// The spill file, open to write and read back: a [`temp_file::TempFile`] (removed when
+/// dropped, and by the signal handler), unlinked at once where the system allows.
 struct TempFile {
     file: File,
-    path: PathBuf,
-    linked: bool,
+    temp: temp_file::TempFile,
 }
 
 impl TempFile {
-    fn new() -> std::io::Result<TempFile> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir();
-        loop {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("analyze-ops-{}-{n}.tmp", std::process::id()));
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(file) => {
-                    let linked = std::fs::remove_file(&path).is_err();
-                    return Ok(TempFile { file, path, linked });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.linked {
-            let _ = std::fs::remove_file(&self.path);
-        }
+    fn new() -> Result<TempFile> {
+        let (temp, file) = temp_file::TempFile::create(&std::env::temp_dir(), "ops")?;
+        let _ = std::fs::remove_file(temp.path());
+        Ok(TempFile { file, temp })
     }
 }
 
@@ -73,7 +49,7 @@ struct Spilled {
     file: Option<TempFile>,
     end: u64,
     runs: Vec<(u64, usize)>,
-    error: Option<(PathBuf, std::io::Error)>,
+    error: Option<Error>,
 }
 
 /// Where the chunks of a scan spill their full buffers of ops, side by side.
@@ -101,7 +77,7 @@ impl Spill {
             match TempFile::new() {
                 Ok(f) => s.file = Some(f),
                 Err(e) => {
-                    s.error = Some((std::env::temp_dir(), e));
+                    s.error = Some(e);
                     return;
                 }
             }
@@ -118,15 +94,15 @@ impl Spill {
                 runs.push((*end, count));
                 *end += bytes.len() as u64;
             }
-            Err(e) => *error = Some((f.path.clone(), e)),
+            Err(e) => *error = Some(Error::io(f.temp.path())(e)),
         }
     }
 
     /// The spilled runs and `memory`'s (each a chunk's buffer left over) merged by start.
     pub(super) fn merge(self, memory: Vec<Vec<Op>>) -> Result<Merge> {
         let s = self.spilled.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let Some((path, source)) = s.error {
-            return Err(Error::Io { path, source });
+        if let Some(e) = s.error {
+            return Err(e);
         }
         let mut runs: Vec<Run> = Vec::new();
         for mut ops in memory.into_iter().filter(|m| !m.is_empty()) {
@@ -199,7 +175,7 @@ impl Merge {
             let read = (&f.file)
                 .seek(SeekFrom::Start(r.offset))
                 .and_then(|_| (&f.file).read_exact(&mut bytes));
-            read.map_err(Error::io(&f.path))?;
+            read.map_err(Error::io(f.temp.path()))?;
             r.buf.clear();
             r.buf
                 .extend(bytes.chunks_exact(OP_BYTES).map(Op::from_bytes));
@@ -270,12 +246,15 @@ mod tests {
             }
             memory.push(buf);
         }
-        let mine = format!("analyze-ops-{}-", std::process::id());
+        let mine = format!("analyze-{}-", std::process::id());
         let left = || {
             std::fs::read_dir(std::env::temp_dir())
                 .map(|d| {
                     d.filter_map(|e| e.ok())
-                        .filter(|e| e.file_name().to_string_lossy().starts_with(&mine))
+                        .filter(|e| {
+                            let name = e.file_name().to_string_lossy().into_owned();
+                            name.starts_with(&mine) && name.ends_with(".ops")
+                        })
                         .count()
                 })
                 .unwrap_or(0)
