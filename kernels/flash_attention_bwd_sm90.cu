@@ -24,9 +24,12 @@
 //     S^T  = K_w Q^T        wgmma m64n(BR)k16, A = K, B = Q from shared memory (both K-major)
 //     dP^T = V_w dO^T       the same with V, dO
 //     P^T = exp2(S^T * scale*log2e - L*log2e), dS^T = scale * P^T * (dP^T - Delta), in registers
+//                           (the masks cost instructions on the tiles that cross a warpgroup's
+//                           diagonal or the sequence end only: a second, unmasked copy of the
+//                           loop serves the others)
 //     dV += P^T dO          wgmma m64nDk16, A = P^T from registers (the accumulator layout is the
 //     dK += dS^T Q          A-fragment layout), B = dO / Q from shared memory, N-major (transpose bit)
-//     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle), fence.proxy.async;
+//     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle, stmatrix), fence.proxy.async;
 //     after the next block barrier, dQ = dS K over the 128 keys, A = dS^T from shared memory
 //     M-major (transpose bit), B = K N-major, added to dq_accum with red.global.add.v2.f32; BR 128:
 //     warpgroup w takes queries [64w, 64w + 64) (wgmma m64nDk16), BR 64: columns [w D/2, (w+1) D/2)
@@ -34,7 +37,7 @@
 //   Pipelining (d <= 64): the dQ product of tile i - 1 is issued at the top of iteration i (the
 //   barrier there makes its dS^T visible; dS^T is double-buffered) with S^T of tile i behind it;
 //   dQ's reductions run while S^T is on the tensor cores, then dP^T is issued (the dQ and dP^T
-//   accumulators never live at once: 254 registers at d 64), and the exp2 of P^T runs under it.
+//   accumulators never live at once: 247 registers at d 64), and the exp2 of P^T runs under it.
 //   d 128: dQ of tile i is issued after a second barrier in iteration i and reduced right away (its
 //   32 accumulator registers cannot stay live across the S^T / dP^T phase: 255 registers).
 //   No wgmma group is in flight across the loop edge (ptxas would serialize every wgmma).
@@ -122,8 +125,6 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     const unsigned sL = sdS + 2 * DS_BYTES;    // 2 x BR floats
     const unsigned sDel = sL + 2 * BR * 4;     // 2 x BR floats
     const unsigned sScratch = sDel + 2 * BR * 4;
-    const float* Lf = reinterpret_cast<const float*>(flash_smem + (sL - smem_addr(flash_smem)));
-    const float* Delf = reinterpret_cast<const float*>(flash_smem + (sDel - smem_addr(flash_smem)));
 
     const int n_q = (seq + BR - 1) / BR;
     const int i_start = first_query_tile(k0, BR, causal);
@@ -133,6 +134,8 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     cp_async_commit();
 
     const int key_lo = k0 + wg * 64 + wq * 16 + g;  // this thread's keys: key_lo, key_lo + 8
+    // the dS^T row and first column whose 16 bytes this lane addresses for stmatrix
+    const int ds_row = wg * 64 + wq * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ds_col = (lane >> 4) * 8;
     const float sl2 = scale * LOG2E;
     float dk_acc[ON], dv_acc[ON], dq[QF];
 #pragma unroll
@@ -211,26 +214,42 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
 
         // P^T = exp2(S^T * scale*log2e - L*log2e), masked; rows = keys, columns = queries
         const int q0 = i * BR;
-        const float* Lb = Lf + b * BR;
-        const float* Db = Delf + b * BR;
-        const bool need_mask = q0 + BR > seq || k0 + BC > seq || (causal && k0 + wg * 64 + 63 > q0);
+        const unsigned Lb = sL + b * BR * 4 + 8 * t, Db = sDel + b * BR * 4 + 8 * t;  // this thread's columns
         float psum = 0.0f;
+        auto exp_tile = [&](bool masked) {
+            // Masked: this thread's element (key row h, column c = 8nb + e of its own) is kept iff
+            // lo[h] <= c < hi[h], c a compile-time constant: the key row reaches the column
+            // (causal), the column is below seq and the key below seq.
+            int lo[2], hi[2];
+            if (masked) {
 #pragma unroll
-        for (int nb = 0; nb < BR / 8; ++nb) {
-            const int cl = nb * 8 + 2 * t;
-            const float2 L2 = *reinterpret_cast<const float2*>(Lb + cl);
-            const float nl[2] = {-L2.x * LOG2E, -L2.y * LOG2E};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float p = exp2_approx(fmaf(s[4 * nb + e], sl2, nl[e & 1]));
-                if (need_mask) {
-                    const int key = key_lo + ((e >> 1) << 3), col = q0 + cl + (e & 1);
-                    if (col >= seq || key >= seq || (causal && key > col)) p = 0.0f;
+                for (int h = 0; h < 2; ++h) {
+                    const int key = key_lo + 8 * h;
+                    lo[h] = causal ? key - q0 - 2 * t : 0;
+                    hi[h] = key < seq ? seq - q0 - 2 * t : 0;
                 }
-                s[4 * nb + e] = p;
-                psum += p;
             }
-        }
+#pragma unroll
+            for (int nb = 0; nb < BR / 8; ++nb) {
+                const float2 L2 = ld_shared_f32x2(Lb + nb * 32);
+                const float nl[2] = {-L2.x * LOG2E, -L2.y * LOG2E};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float p = exp2_approx(fmaf(s[4 * nb + e], sl2, nl[e & 1]));
+                    if (masked) {
+                        const int c = nb * 8 + (e & 1), h = e >> 1;
+                        if (c < lo[h] || c >= hi[h]) p = 0.0f;
+                    }
+                    s[4 * nb + e] = p;
+                    psum += p;
+                }
+            }
+        };
+        // only tiles that cross the diagonal of a warpgroup's keys or the sequence end are masked
+        if (q0 + BR > seq || k0 + BC > seq || (causal && k0 + wg * 64 + 63 > q0))
+            exp_tile(true);
+        else
+            exp_tile(false);
         st_shared_b32(sScratch + tid * 4, __float_as_uint(psum));
         wgmma_wait<0>();  // dP^T
         wgmma_acc_fence(dp);
@@ -241,7 +260,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
         for (int kq = 0; kq < KQ; ++kq)
 #pragma unroll
             for (int hb = 0; hb < 2; ++hb) {
-                const float2 De = *reinterpret_cast<const float2*>(Db + (2 * kq + hb) * 8 + 2 * t);
+                const float2 De = ld_shared_f32x2(Db + (2 * kq + hb) * 32);
                 const float nd0 = -De.x * scale, nd1 = -De.y * scale;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -251,14 +270,11 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
                     da[kq][r] = pack_bf16x2(ds0, ds1);
                 }
             }
-        // dS^T rows (keys 64wg + 16wq + g + 8(r & 1)), columns (queries) 16kq + 8(r >> 1) + 2t
+        // dS^T rows (keys 64wg + 16wq + g + 8(r & 1)), columns (queries) 16kq + 8(r >> 1) + 2t: per
+        // k-step, the four 8x8 matrices r of stmatrix; lane 8r + j addresses row j of matrix r
 #pragma unroll
         for (int kq = 0; kq < KQ; ++kq)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int row = wg * 64 + wq * 16 + g + 8 * (r & 1), col = 16 * kq + 8 * (r >> 1) + 2 * t;
-                st_shared_b32(sdSb + elem_off<BR, BC>(row, col), da[kq][r]);
-            }
+            stmatrix_x4(sdSb + elem_off<BR, BC>(ds_row, 16 * kq + ds_col), da[kq]);
 
         // dV += P^T dO, dK += dS^T Q (A from registers, B N-major)
         wgmma_fence();

@@ -95,6 +95,25 @@ __device__ __forceinline__ void st_shared_b32(unsigned addr, unsigned v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
+// Two floats from shared memory (address 8-byte aligned): a base address kept in a register and a
+// constant offset fold into one LDS.64, where a float pointer indexed by the thread and the
+// buffer is re-derived for every load.
+__device__ __forceinline__ float2 ld_shared_f32x2(unsigned addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+
+// Four 8x8 b16 matrices to shared memory (sm_90): r[i] is this lane's part of matrix i in the
+// ldmatrix layout (row g, columns 2t..2t+1), and lane 8i + j gives the address of row j of matrix
+// i (16 bytes, 16-byte aligned). One instruction where four st.shared.b32 would each compute a
+// swizzled address.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hopper warpgroup MMA (wgmma, PTX ISA 8.0, sm_90a only: compile with --gpu-architecture=sm_90a).
 // Defined only for sm_90a device code (or host passes), so the sm_80-style kernels above still
