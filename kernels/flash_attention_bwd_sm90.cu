@@ -8,8 +8,8 @@
 //   P = exp(scale * Q K^T - L) (recomputed, causal and sequence masks as in the forward),
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dK = scale * dS^T Q,  dQ = scale * dS K.
 // Q, K, V, dO, dK, dV: [BH, T, D] bf16 row-major, contiguous, 16-byte aligned; L, Delta: [BH, T]
-// fp32; dq_accum: [BH, T, D] fp32, zeroed by the preprocess, accumulated with vector reductions
-// (red.global.add.v2.f32). D in {16, 32, 64, 128}; any T >= 1 (rows past T zero-filled on load,
+// fp32; dq_accum: [BH, T, D] fp32 (16-byte aligned), zeroed by the preprocess, accumulated with
+// bulk reductions (cp.reduce.async.bulk). D in {16, 32, 64, 128}; any T >= 1 (rows past T zero-filled on load,
 // masked, never written).
 //
 // Algorithm:
@@ -31,13 +31,15 @@
 //     dK += dS^T Q          A-fragment layout), B = dO / Q from shared memory, N-major (transpose bit)
 //     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle, stmatrix), fence.proxy.async;
 //     after the next block barrier, dQ = dS K over the 128 keys, A = dS^T from shared memory
-//     M-major (transpose bit), B = K N-major, added to dq_accum with red.global.add.v2.f32; BR 128:
-//     warpgroup w takes queries [64w, 64w + 64) (wgmma m64nDk16), BR 64: columns [w D/2, (w+1) D/2)
-//     (m64n(D/2)k16; both warpgroups read all of dS^T).
+//     M-major (transpose bit), B = K N-major; BR 128: warpgroup w takes queries [64w, 64w + 64)
+//     (wgmma m64nDk16), BR 64: columns [w D/2, (w+1) D/2) (m64n(D/2)k16; both warpgroups read all
+//     of dS^T). Each warp stages its 16 rows of dQ in shared memory (fp32, pairs of rows padded
+//     by 32 bytes) and adds them to dq_accum with bulk reductions of the copy engine
+//     (cp.reduce.async.bulk .add.f32, a pair of rows each), not per-thread red.global.add.
 //   Pipelining (d <= 64): the dQ product of tile i - 1 is issued at the top of iteration i (the
 //   barrier there makes its dS^T visible; dS^T is double-buffered) with S^T of tile i behind it;
 //   dQ's reductions run while S^T is on the tensor cores, then dP^T is issued (the dQ and dP^T
-//   accumulators never live at once: 247 registers at d 64), and the exp2 of P^T runs under it.
+//   accumulators never live at once: 248 registers at d 64), and the exp2 of P^T runs under it.
 //   d 128: dQ of tile i is issued after a second barrier in iteration i and reduced right away (its
 //   32 accumulator registers cannot stay live across the S^T / dP^T phase: 255 registers).
 //   No wgmma group is in flight across the loop edge (ptxas would serialize every wgmma).
@@ -51,12 +53,13 @@
 //   fill about 32 MiB of L2, low key tiles first in each group: grouped_tile), block = 256,
 //   dynamic shared memory:
 //     kernel                    BC   BR   threads  smem bytes
-//     flash_bwd_sm90_bf16_d16   128  128  256      94208   (*)
-//     flash_bwd_sm90_bf16_d32   128  128  256     118784   (*)
-//     flash_bwd_sm90_bf16_d64   128  128  256     167936   (*)
-//     flash_bwd_sm90_bf16_d128  128  64   256     166912   (*)
+//     flash_bwd_sm90_bf16_d16   128  128  256     104448   (*)
+//     flash_bwd_sm90_bf16_d32   128  128  256     137216   (*)
+//     flash_bwd_sm90_bf16_d64   128  128  256     202752   (*)
+//     flash_bwd_sm90_bf16_d128  128  64   256     201728   (*)
 //   (*) over 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it before launching.
-//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 1024 (Sm90Bwd).
+//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 64 * (8 * QN + 32) + 1024
+//   (Sm90Bwd; QN = D up to d 64, D / 2 at d 128: the dQ columns of a warpgroup).
 // A whole backward: flash_bwd_preprocess_bf16_d<D> (Delta, dq_accum zeroed); this;
 // flash_dq_convert_bf16.
 
@@ -77,7 +80,13 @@ constexpr int BC = 128, NT = 256;
 template <int D>
 struct Sm90Bwd {
     static constexpr int BR = D <= 64 ? 128 : 64;
-    static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + 1024;
+    // dQ columns per warpgroup (BR 128: all of them, split by rows; BR 64: half, split by columns),
+    // and the bytes of a staged pair of rows of them: 32 bytes of padding after each pair put the
+    // 8 rows g of a warp's st.shared.v2 in 4 bank groups, 2 rows each (two wavefronts, the least
+    // for 256 bytes)
+    static constexpr int QN = BR == 128 ? D : D / 2;
+    static constexpr int DQ_PAIR = 8 * QN + 32;
+    static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + NT / 4 * DQ_PAIR + 1024;
 };
 
 // Byte offset of the 4-byte word at (row r, element col) of a ROWS x W swizzled tile (col even).
@@ -101,7 +110,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     // [64w, 64w + 64), every column) or by columns (BR = 64: columns [w D/2, (w + 1) D/2))
     constexpr bool DQ_BY_ROWS = BR == 128;
     constexpr int SN = BR / 2, ON = D / 2;                   // S^T / dP^T floats, dK / dV floats
-    constexpr int QN = DQ_BY_ROWS ? D : D / 2;               // dQ columns per warpgroup
+    constexpr int QN = Sm90Bwd<D>::QN, DQ_PAIR = Sm90Bwd<D>::DQ_PAIR;
     constexpr int QF = QN / 2;                               // dQ floats per thread
 
     // heads in groups whose Q, dO and dq_accum (8 bytes a row element) fill about 32 MiB of L2;
@@ -125,6 +134,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     const unsigned sL = sdS + 2 * DS_BYTES;    // 2 x BR floats
     const unsigned sDel = sL + 2 * BR * 4;     // 2 x BR floats
     const unsigned sScratch = sDel + 2 * BR * 4;
+    const unsigned sdQ = sScratch + 4 * NT;      // 8 pairs of dQ staging rows a warp
 
     const int n_q = (seq + BR - 1) / BR;
     const int i_start = first_query_tile(k0, BR, causal);
@@ -142,17 +152,37 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     for (int i = 0; i < ON; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
     unsigned pa[KQ][4], da[KQ][4];
 
-    // dQ of query tile i (the accumulators of its retired wgmma group) into dq_accum
+    // dQ of query tile i (the accumulators of its retired wgmma group) into dq_accum: each warp
+    // stages its 16 rows in shared memory, and lane p < 8 adds rows 2p and 2p + 1 to dq_accum with
+    // bulk reductions (the copy engine's, in L2: one of both rows where a warpgroup has whole
+    // rows, BR 128), where per-thread red.global.add would issue 16 to 32 reductions a thread and
+    // hold the accumulator registers until each had read them. The rows are the warp's alone, so
+    // warp barriers order them: lane p waits until its previous pair has been read before the warp
+    // overwrites it.
     const int dq_row0 = DQ_BY_ROWS ? wg * 64 : 0, dq_col0 = DQ_BY_ROWS ? 0 : wg * QN;
+    const unsigned sdQw = sdQ + (tid >> 5) * 8 * DQ_PAIR;
     auto reduce_dq = [&](int i) {
+        if (lane < 8) bulk_wait_read<0>();
+        __syncwarp();
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = i * BR + dq_row0 + wq * 16 + g + 8 * h;
-            if (row < seq) {
-                float* dst = dq_accum + head + (i64)row * D + dq_col0 + 2 * t;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int nb = 0; nb < QN / 8; ++nb) red_add_f32x2(dst + nb * 8, dq[4 * nb + 2 * h], dq[4 * nb + 2 * h + 1]);
+            for (int nb = 0; nb < QN / 8; ++nb)
+                st_shared_f32x2(sdQw + ((g >> 1) + 4 * h) * DQ_PAIR + (g & 1) * QN * 4 + nb * 32 + 8 * t,
+                                dq[4 * nb + 2 * h], dq[4 * nb + 2 * h + 1]);
+        fence_proxy_async_smem();
+        __syncwarp();
+        const int row = i * BR + dq_row0 + wq * 16 + 2 * lane, rows = imin(2, seq - row);
+        if (lane < 8 && rows > 0) {
+            float* dst = dq_accum + head + (i64)row * D + dq_col0;
+            const unsigned src = sdQw + lane * DQ_PAIR;
+            if constexpr (DQ_BY_ROWS) {
+                bulk_reduce_add_f32(dst, src, rows * QN * 4);
+            } else {
+                bulk_reduce_add_f32(dst, src, QN * 4);
+                if (rows == 2) bulk_reduce_add_f32(dst + D, src + QN * 4, QN * 4);
             }
+            bulk_commit();
         }
     };
 
@@ -311,6 +341,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
         reduce_dq(n_q - 1);
     }
     cp_async_wait<0>();
+    bulk_wait<0>();
 
     // dK (scale already in dS) and dV
 #pragma unroll

@@ -1,8 +1,9 @@
 // Inline-PTX wrappers for the tensor-core kernels (FlashAttention, through flash_common.cuh):
 // every `asm` of those kernels lives here, so the kernel files hold none. sm_80 or newer
-// (mma.sync bf16, ldmatrix, cp.async); `red_add_f32x2` needs sm_90 (PTX ISA 8.1); the
-// warpgroup-MMA part at the end (wgmma, fence.proxy.async) needs sm_90a and is only defined when
-// compiling for it (--gpu-architecture=sm_90a), so the rest still compiles for plain sm_90.
+// (mma.sync bf16, ldmatrix, cp.async); `red_add_f32x2`, `stmatrix_x4` and the bulk reductions
+// need sm_90 (PTX ISA 8.1); the warpgroup-MMA part at the end (wgmma, fence.proxy.async) needs
+// sm_90a and is only defined when compiling for it (--gpu-architecture=sm_90a), so the rest still
+// compiles for plain sm_90.
 //
 // Shared-memory operands are 32-bit shared-window addresses (`smem_addr`), as ldmatrix and cp.async
 // take them. Fragment layouts are those of the PTX ISA for mma.m16n8k16 with .bf16 inputs
@@ -86,6 +87,32 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // aligned. sm_90.
 __device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// Bulk reductions through the copy engine (sm_90, PTX ISA 8.0): `bytes` (a multiple of 16) of fp32
+// at shared address src (16-byte aligned) added element-wise into global memory at dst (16-byte
+// aligned), read from shared memory through the async proxy (the writing threads fence it with
+// fence_proxy_async_smem and synchronize with the issuing one first). A thread's reductions form
+// groups (bulk_commit); bulk_wait_read<N> returns once at most N of its groups may still read their
+// shared memory (it may be overwritten), bulk_wait<N> once at most N are still writing.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// 8-byte store of two floats to shared memory (address 8-byte aligned).
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
 // 4-byte generic-proxy store to shared memory (address 4-byte aligned). Also an ordering anchor for
