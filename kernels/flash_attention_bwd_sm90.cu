@@ -9,8 +9,8 @@
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dK = scale * dS^T Q,  dQ = scale * dS K.
 // Q, K, V, dO, dK, dV: [BH, T, D] bf16 row-major, contiguous, 16-byte aligned; L, Delta: [BH, T]
 // fp32; dq_accum: [BH, T, D] fp32 (16-byte aligned), zeroed by the preprocess, accumulated with
-// bulk reductions (cp.reduce.async.bulk). D in {16, 32, 64, 128}; any T >= 1 (rows past T zero-filled on load,
-// masked, never written).
+// bulk reductions (cp.reduce.async.bulk). D in {16, 32, 64, 128}; any T >= 1 (rows past T
+// zero-filled on load, masked, never written).
 //
 // Algorithm:
 // - One block owns BC = 128 keys of one head and walks the query tiles of BR rows (BR = 128 up
@@ -29,17 +29,20 @@
 //                           loop serves the others)
 //     dV += P^T dO          wgmma m64nDk16, A = P^T from registers (the accumulator layout is the
 //     dK += dS^T Q          A-fragment layout), B = dO / Q from shared memory, N-major (transpose bit)
-//     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle, stmatrix), fence.proxy.async;
+//     dS^T -> shared memory (bf16, [128 keys][BR queries], 128-byte swizzle, stmatrix),
+//     fence.proxy.async;
 //     after the next block barrier, dQ = dS K over the 128 keys, A = dS^T from shared memory
 //     M-major (transpose bit), B = K N-major; BR 128: warpgroup w takes queries [64w, 64w + 64)
 //     (wgmma m64nDk16), BR 64: columns [w D/2, (w+1) D/2) (m64n(D/2)k16; both warpgroups read all
-//     of dS^T). Each warp stages its 16 rows of dQ in shared memory (fp32, pairs of rows padded
-//     by 32 bytes) and adds them to dq_accum with bulk reductions of the copy engine
-//     (cp.reduce.async.bulk .add.f32, a pair of rows each), not per-thread red.global.add.
+//     of dS^T). Each warp stages its 16 rows of dQ in shared memory (fp32, groups of 4 rows, 2 at
+//     d 128, padded by 32 bytes) and adds them to dq_accum with bulk reductions of the copy engine
+//     (cp.reduce.async.bulk .add.f32, a group each, a row each at d 128), not per-thread
+//     red.global.add.
 //   Pipelining (d <= 64): the dQ product of tile i - 1 is issued at the top of iteration i (the
 //   barrier there makes its dS^T visible; dS^T is double-buffered) with S^T of tile i behind it;
-//   dQ's reductions run while S^T is on the tensor cores, then dP^T is issued (the dQ and dP^T
-//   accumulators never live at once: 248 registers at d 64), and the exp2 of P^T runs under it.
+//   dQ is staged and its reductions issued while S^T is on the tensor cores, then dP^T is issued
+//   (the dQ and dP^T accumulators never live at once: 248 registers at d 64), and the exp2 of P^T
+//   runs under it.
 //   d 128: dQ of tile i is issued after a second barrier in iteration i and reduced right away (its
 //   32 accumulator registers cannot stay live across the S^T / dP^T phase: 255 registers).
 //   No wgmma group is in flight across the loop edge (ptxas would serialize every wgmma).
@@ -53,13 +56,14 @@
 //   fill about 32 MiB of L2, low key tiles first in each group: grouped_tile), block = 256,
 //   dynamic shared memory:
 //     kernel                    BC   BR   threads  smem bytes
-//     flash_bwd_sm90_bf16_d16   128  128  256     104448   (*)
-//     flash_bwd_sm90_bf16_d32   128  128  256     137216   (*)
-//     flash_bwd_sm90_bf16_d64   128  128  256     202752   (*)
+//     flash_bwd_sm90_bf16_d16   128  128  256     103424   (*)
+//     flash_bwd_sm90_bf16_d32   128  128  256     136192   (*)
+//     flash_bwd_sm90_bf16_d64   128  128  256     201728   (*)
 //     flash_bwd_sm90_bf16_d128  128  64   256     201728   (*)
 //   (*) over 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it before launching.
-//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 64 * (8 * QN + 32) + 1024
-//   (Sm90Bwd; QN = D up to d 64, D / 2 at d 128: the dQ columns of a warpgroup).
+//   smem = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * 256 + 128 / G * (4 * G * QN + 32)
+//   + 1024 (Sm90Bwd; QN = D, G = 4 up to d 64; QN = D / 2, G = 2 at d 128: the dQ columns of a
+//   warpgroup and the rows of a staged group).
 // A whole backward: flash_bwd_preprocess_bf16_d<D> (Delta, dq_accum zeroed); this;
 // flash_dq_convert_bf16.
 
@@ -81,12 +85,14 @@ template <int D>
 struct Sm90Bwd {
     static constexpr int BR = D <= 64 ? 128 : 64;
     // dQ columns per warpgroup (BR 128: all of them, split by rows; BR 64: half, split by columns),
-    // and the bytes of a staged pair of rows of them: 32 bytes of padding after each pair put the
-    // 8 rows g of a warp's st.shared.v2 in 4 bank groups, 2 rows each (two wavefronts, the least
-    // for 256 bytes)
+    // the rows of them a warp stages per bulk reduction (BR 128: 4, whole rows, contiguous in
+    // dq_accum; BR 64: 2, one reduction a row), and the bytes of such a group: 32 bytes of padding
+    // after each group put the 8 rows g of a warp's st.shared.v2 in 8 / DQ_G bank groups (DQ_G
+    // wavefronts for 256 bytes: the least with pairs; groups of 4 take half the reductions)
     static constexpr int QN = BR == 128 ? D : D / 2;
-    static constexpr int DQ_PAIR = 8 * QN + 32;
-    static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + NT / 4 * DQ_PAIR + 1024;
+    static constexpr int DQ_G = BR == 128 ? 4 : 2;
+    static constexpr int DQ_GROUP = DQ_G * QN * 4 + 32;
+    static constexpr int bytes = 2 * D * (2 * BC + 4 * BR) + 4 * BC * BR + 16 * BR + 4 * NT + NT / 2 / DQ_G * DQ_GROUP + 1024;
 };
 
 // Byte offset of the 4-byte word at (row r, element col) of a ROWS x W swizzled tile (col even).
@@ -110,7 +116,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     // [64w, 64w + 64), every column) or by columns (BR = 64: columns [w D/2, (w + 1) D/2))
     constexpr bool DQ_BY_ROWS = BR == 128;
     constexpr int SN = BR / 2, ON = D / 2;                   // S^T / dP^T floats, dK / dV floats
-    constexpr int QN = Sm90Bwd<D>::QN, DQ_PAIR = Sm90Bwd<D>::DQ_PAIR;
+    constexpr int QN = Sm90Bwd<D>::QN, DQ_G = Sm90Bwd<D>::DQ_G, DQ_GROUP = Sm90Bwd<D>::DQ_GROUP;
     constexpr int QF = QN / 2;                               // dQ floats per thread
 
     // heads in groups whose Q, dO and dq_accum (8 bytes a row element) fill about 32 MiB of L2;
@@ -134,7 +140,7 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     const unsigned sL = sdS + 2 * DS_BYTES;    // 2 x BR floats
     const unsigned sDel = sL + 2 * BR * 4;     // 2 x BR floats
     const unsigned sScratch = sDel + 2 * BR * 4;
-    const unsigned sdQ = sScratch + 4 * NT;      // 8 pairs of dQ staging rows a warp
+    const unsigned sdQ = sScratch + 4 * NT;      // 16 dQ staging rows a warp, in groups of DQ_G
 
     const int n_q = (seq + BR - 1) / BR;
     const int i_start = first_query_tile(k0, BR, causal);
@@ -153,29 +159,29 @@ __device__ __forceinline__ void bwd_sm90(const bf16_t* __restrict__ q, const bf1
     unsigned pa[KQ][4], da[KQ][4];
 
     // dQ of query tile i (the accumulators of its retired wgmma group) into dq_accum: each warp
-    // stages its 16 rows in shared memory, and lane p < 8 adds rows 2p and 2p + 1 to dq_accum with
-    // bulk reductions (the copy engine's, in L2: one of both rows where a warpgroup has whole
-    // rows, BR 128), where per-thread red.global.add would issue 16 to 32 reductions a thread and
-    // hold the accumulator registers until each had read them. The rows are the warp's alone, so
-    // warp barriers order them: lane p waits until its previous pair has been read before the warp
-    // overwrites it.
+    // stages its 16 rows in shared memory, and lane p < 16 / DQ_G adds rows [DQ_G p, DQ_G p + DQ_G)
+    // to dq_accum with bulk reductions (the copy engine's, in L2: one for the group where a
+    // warpgroup has whole rows, BR 128; else one a row), where per-thread red.global.add would
+    // issue 16 to 32 reductions a thread and hold the accumulator registers until each had read
+    // them. The rows are the warp's alone, so warp barriers order them: lane p waits until its
+    // previous group has been read before the warp overwrites it.
     const int dq_row0 = DQ_BY_ROWS ? wg * 64 : 0, dq_col0 = DQ_BY_ROWS ? 0 : wg * QN;
-    const unsigned sdQw = sdQ + (tid >> 5) * 8 * DQ_PAIR;
+    const unsigned sdQw = sdQ + (tid >> 5) * (16 / DQ_G) * DQ_GROUP;
     auto reduce_dq = [&](int i) {
-        if (lane < 8) bulk_wait_read<0>();
+        if (lane < 16 / DQ_G) bulk_wait_read<0>();
         __syncwarp();
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int nb = 0; nb < QN / 8; ++nb)
-                st_shared_f32x2(sdQw + ((g >> 1) + 4 * h) * DQ_PAIR + (g & 1) * QN * 4 + nb * 32 + 8 * t,
+                st_shared_f32x2(sdQw + (g / DQ_G + 8 / DQ_G * h) * DQ_GROUP + g % DQ_G * QN * 4 + nb * 32 + 8 * t,
                                 dq[4 * nb + 2 * h], dq[4 * nb + 2 * h + 1]);
         fence_proxy_async_smem();
         __syncwarp();
-        const int row = i * BR + dq_row0 + wq * 16 + 2 * lane, rows = imin(2, seq - row);
-        if (lane < 8 && rows > 0) {
+        const int row = i * BR + dq_row0 + wq * 16 + DQ_G * lane, rows = imin(DQ_G, seq - row);
+        if (lane < 16 / DQ_G && rows > 0) {
             float* dst = dq_accum + head + (i64)row * D + dq_col0;
-            const unsigned src = sdQw + lane * DQ_PAIR;
+            const unsigned src = sdQw + lane * DQ_GROUP;
             if constexpr (DQ_BY_ROWS) {
                 bulk_reduce_add_f32(dst, src, rows * QN * 4);
             } else {

@@ -116,7 +116,7 @@ pub const LAUNCHES: &[FlashLaunch] = launches!([]
     // every width; the others stay unused.
     ForwardSm90 Bf16 "flash_fwd_sm90_bf16": (64, 256, 128, 75776) (128, 256, 128, 198656);
     BackwardSm90 Bf16 "flash_bwd_sm90_bf16":
-        (32, 256, 128, 137216) (64, 256, 128, 202752) (128, 256, 128, 201728);
+        (32, 256, 128, 136192) (64, 256, 128, 201728) (128, 256, 128, 201728);
 );
 
 /// The row for `family`, `dtype` and head width `d` (kernel widths only; `d` is ignored for a
