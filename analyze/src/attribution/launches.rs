@@ -2,7 +2,9 @@
 //! the caller gave it, so that a kernel finds the call that launched it in constant time. Per
 //! process a bit per correlation id a call has, and the context of each run of ids that share
 //! one ([`CorrRuns`]); ids out of order or far apart go to a map. Chunks of calls read side by
-//! side are indexed on their own and merged in table order ([`LaunchIndex::build`]).
+//! side are indexed on their own and merged in table order ([`LaunchIndex::build`]). Which ids
+//! GPU work was seen for is a bit per call, not per id: correlation ids are sparse (nsys numbers
+//! records other than API calls too, so a capture's calls hold about one id in nine).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -15,8 +17,9 @@ pub struct CorrRuns {
     /// The id of bit 0 of `bits` (a multiple of 64).
     base: u64,
     bits: Vec<u64>,
-    /// (first id, context) of each run of ids (ascending) that share a context.
-    runs: Vec<(u64, u32)>,
+    /// (first id, as an offset from `base`, and context) of each run of ids (ascending) that
+    /// share a context.
+    runs: Vec<(u32, u32)>,
     last: Option<u64>,
     /// Ids that came out of order, repeated, or too far away for the bits: their contexts.
     extra: FastMap<u64, Vec<u32>>,
@@ -25,9 +28,12 @@ pub struct CorrRuns {
 /// The most bits a process's index of correlation ids holds beyond the rows read.
 const SPARE_BITS: u64 = 1 << 22;
 
-/// The most bits an index of correlation ids may hold when about `rows` calls were read.
+/// The most bits an index of correlation ids may hold when about `rows` calls were read: at
+/// most 2^32, so that an id's offset in the bits fits in a `u32`.
 pub fn max_bits(rows: u64) -> u64 {
-    rows.saturating_mul(16).saturating_add(SPARE_BITS)
+    rows.saturating_mul(16)
+        .saturating_add(SPARE_BITS)
+        .min(1 << 32)
 }
 
 impl CorrRuns {
@@ -44,7 +50,8 @@ impl CorrRuns {
             }
             self.bits[word] |= 1 << (bit % 64);
             if self.runs.last().is_none_or(|r| r.1 != ctx) {
-                self.runs.push((corr, ctx));
+                // Below `max_bits`, itself at most 2^32.
+                self.runs.push((bit as u32, ctx));
             }
             self.last = Some(corr);
         } else {
@@ -64,6 +71,8 @@ impl CorrRuns {
     /// The context of the run holding `corr` (whose bit is set), trying run `hint` first.
     #[inline]
     fn run(&self, corr: u64, hint: &mut usize) -> u32 {
+        // An id with a bit lies below `base + max_bits`: its offset fits.
+        let corr = (corr - self.base) as u32;
         let h = *hint;
         let fits = |i: usize| {
             i < self.runs.len()
@@ -101,10 +110,9 @@ impl CorrRuns {
 /// The correlation ids of one process across all chunks, with global contexts.
 struct CorrIndex {
     runs: CorrRuns,
-    /// A bit per id of `runs.bits`: some GPU work with this id was seen. Made by the first
-    /// lookup that marks, so that an index only looked up (the profile's) costs no second set
-    /// of bits.
-    used: OnceLock<Vec<AtomicU64>>,
+    /// Which ids of `runs.bits` some GPU work was seen for. Made by the first lookup that
+    /// marks, so that an index only looked up (the profile's) costs nothing more.
+    used: OnceLock<Used>,
     used_extra: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
@@ -117,6 +125,19 @@ impl LaunchIndex {
     /// The index of chunks of calls (in table order), each with the global id of each of its
     /// contexts.
     pub fn build(chunks: Vec<(FastMap<u32, CorrRuns>, Vec<u32>)>, max_bits: u64) -> LaunchIndex {
+        // Each process's bits are sized once for the ids of all its chunks (within `max_bits`):
+        // grown chunk by chunk, they would hold up to twice that.
+        let mut extent: FastMap<u32, (u64, u64)> = FastMap::default();
+        for (corr, _) in &chunks {
+            for (&pid, runs) in corr {
+                if runs.runs.is_empty() {
+                    continue;
+                }
+                let end = runs.base + 64 * runs.bits.len() as u64;
+                let e = extent.entry(pid).or_insert((runs.base, end));
+                *e = (e.0.min(runs.base), e.1.max(end));
+            }
+        }
         let mut index: FastMap<u32, CorrRuns> = FastMap::default();
         for (corr, global) in chunks {
             for (pid, mut runs) in corr {
@@ -130,6 +151,12 @@ impl LaunchIndex {
                 }
                 match index.get_mut(&pid) {
                     None => {
+                        if let Some(&(_, end)) = extent.get(&pid) {
+                            let words = (end.saturating_sub(runs.base)).min(max_bits) / 64;
+                            runs.bits.reserve_exact(
+                                words as usize - runs.bits.len().min(words as usize),
+                            );
+                        }
                         index.insert(pid, runs);
                     }
                     Some(into) => merge_runs(into, runs, max_bits),
@@ -156,7 +183,7 @@ impl LaunchIndex {
 /// Add `more` (a later chunk's ids of one process) to `into`.
 fn merge_runs(into: &mut CorrRuns, more: CorrRuns, max_bits: u64) {
     let after = match (into.last, more.runs.first()) {
-        (Some(l), Some(f)) => f.0 > l,
+        (Some(l), Some(f)) => more.base + u64::from(f.0) > l,
         _ => true,
     };
     if after && !more.runs.is_empty() && more.base >= into.base {
@@ -168,9 +195,11 @@ fn merge_runs(into: &mut CorrRuns, more: CorrRuns, max_bits: u64) {
             for (i, w) in more.bits.iter().enumerate() {
                 into.bits[offset + i] |= w;
             }
+            // Within `max_bits` of `into.base`: the offsets fit.
+            let shift = (more.base - into.base) as u32;
             for r in &more.runs {
                 if into.runs.last().is_none_or(|l| l.1 != r.1) {
-                    into.runs.push(*r);
+                    into.runs.push((r.0 + shift, r.1));
                 }
             }
             into.last = more.last.or(into.last);
@@ -223,12 +252,9 @@ impl LaunchIndex {
         if ix.runs.has_bit(corr) {
             f(ix.runs.run(corr, &mut cursor.run));
             if mark {
-                let bit = corr - ix.runs.base;
-                let m = 1u64 << (bit % 64);
-                let used = ix
-                    .used
-                    .get_or_init(|| (0..ix.runs.bits.len()).map(|_| AtomicU64::new(0)).collect());
-                first = used[(bit / 64) as usize].fetch_or(m, Ordering::Relaxed) & m == 0;
+                let bits = &ix.runs.bits;
+                let used = ix.used.get_or_init(|| Used::new(bits));
+                first = used.mark(bits, corr - ix.runs.base);
             }
         }
         if !ix.runs.extra.is_empty() {
@@ -246,5 +272,110 @@ impl LaunchIndex {
             }
         }
         first
+    }
+}
+
+/// A mark per set bit of an index's bits (per call, where the bits have one per id): the marks
+/// of a bit are found by its rank among the set bits, counted from the block of
+/// [`RANK_WORDS`] words that holds it.
+struct Used {
+    /// The set bits before each block of words.
+    ranks: Vec<u32>,
+    marks: Vec<AtomicU64>,
+}
+
+/// Words of the bits per entry of [`Used::ranks`]: a rank is at most this many word counts away.
+const RANK_WORDS: usize = 4;
+
+impl Used {
+    fn new(bits: &[u64]) -> Used {
+        let mut ranks = Vec::with_capacity(bits.len().div_ceil(RANK_WORDS));
+        let mut set = 0u64;
+        for block in bits.chunks(RANK_WORDS) {
+            // At most 2^32 bits (`max_bits`): fewer set before any block.
+            ranks.push(set as u32);
+            set += block.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
+        }
+        Used {
+            ranks,
+            marks: (0..set.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Mark bit `bit` of `bits` (which must be set); whether it was not marked before.
+    #[inline]
+    fn mark(&self, bits: &[u64], bit: u64) -> bool {
+        let word = (bit / 64) as usize;
+        let block = word / RANK_WORDS;
+        let before = &bits[block * RANK_WORDS..word];
+        let rank = u64::from(self.ranks[block])
+            + before
+                .iter()
+                .map(|w| u64::from(w.count_ones()))
+                .sum::<u64>()
+            + u64::from((bits[word] & ((1u64 << (bit % 64)) - 1)).count_ones());
+        let m = 1u64 << (rank % 64);
+        self.marks[(rank / 64) as usize].fetch_or(m, Ordering::Relaxed) & m == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_set_bit_is_marked_once_and_apart_from_the_others() {
+        // Ids spread as a capture spreads them (about one in nine), with dense and empty
+        // stretches, over more than one block of words.
+        let mut ids: Vec<u64> = (0..3000u64).map(|i| i * 9 + i % 7).collect();
+        ids.extend(1_000_000..1_000_300);
+        let mut bits = vec![0u64; (ids.last().unwrap() / 64 + 1) as usize];
+        for &id in &ids {
+            bits[(id / 64) as usize] |= 1 << (id % 64);
+        }
+        let used = Used::new(&bits);
+        assert_eq!(used.marks.len(), ids.len().div_ceil(64));
+        for &id in ids.iter().step_by(2) {
+            assert!(used.mark(&bits, id), "{id} marked first");
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(used.mark(&bits, id), i % 2 == 1, "{id} marked again");
+        }
+    }
+
+    #[test]
+    fn chunks_merge_into_the_index_of_all_their_calls() {
+        let max = max_bits(100);
+        let (pid, corr) = (7u32, [5u64, 6, 7, 70, 71, 300, 301, 302]);
+        // Each chunk's calls share its one context, whose global id is `g`.
+        let chunk = |ids: &[u64], g: u32| {
+            let mut runs = CorrRuns::default();
+            for &id in ids {
+                runs.insert(id, 0, max);
+            }
+            let mut m = FastMap::default();
+            m.insert(pid, runs);
+            (m, vec![g])
+        };
+        let index = LaunchIndex::build(
+            vec![
+                chunk(&corr[..3], 3),
+                chunk(&corr[3..5], 4),
+                chunk(&corr[5..], 3),
+            ],
+            max,
+        );
+        let mut cursor = Cursor::default();
+        let context = |id: u64, cursor: &mut Cursor| {
+            let mut seen = Vec::new();
+            let first = index.each(pid, id, cursor, true, |c| seen.push(c));
+            (seen, first)
+        };
+        assert_eq!(context(6, &mut cursor), (vec![3], true));
+        assert_eq!(context(6, &mut cursor), (vec![3], false));
+        assert_eq!(context(71, &mut cursor), (vec![4], true));
+        assert_eq!(context(301, &mut cursor), (vec![3], true));
+        assert_eq!(context(8, &mut cursor), (vec![], false));
+        assert_eq!(context(5, &mut cursor), (vec![3], true));
     }
 }
