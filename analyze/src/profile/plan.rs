@@ -90,6 +90,9 @@ impl InstanceSums {
         let d = match self.devices.iter_mut().find(|d| d.0 == w.device) {
             Some(d) => d,
             None => {
+                // Nearly every instance runs on one device: room for one, not the four a first
+                // push makes (an instance of each range of the trace is summed).
+                self.devices.reserve_exact(1);
                 self.devices.push((w.device, s, e, 0, 0));
                 self.devices.last_mut().expect("pushed")
             }

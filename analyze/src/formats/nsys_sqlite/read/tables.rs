@@ -216,8 +216,16 @@ fn read_nvtx(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<RawNvtx
 }
 
 fn read_mem_ops(conn: &Connection, schema: &Schema) -> rusqlite::Result<Vec<MemOp>> {
-    let mut out = Vec::new();
-    for (table, kind_col) in [(MEMCPY, COPY_KIND), (MEMSET, "NULL")] {
+    let tables = [(MEMCPY, COPY_KIND), (MEMSET, "NULL")];
+    // Counted first (SQLite counts a table's rows from its pages' headers), so that the list is
+    // the size of the rows, not up to twice that.
+    let mut rows = 0;
+    for (table, _) in tables.iter().filter(|t| schema.has(t.0)) {
+        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?;
+        rows += n.max(0) as usize;
+    }
+    let mut out = Vec::with_capacity(rows);
+    for (table, kind_col) in tables {
         if !schema.has(table) {
             continue;
         }
