@@ -76,6 +76,7 @@ pub enum Outcome {
 }
 
 fn main() -> ExitCode {
+    analyze::formats::limits::return_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage::exit_on_parse_error(e, &Cli::command()),

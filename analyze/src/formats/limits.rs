@@ -201,6 +201,19 @@ pub fn free_space(dir: &Path) -> Option<u64> {
     Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
+/// Have the C allocator keep blocks of 1 MiB and more in mappings of their own, unmapped when
+/// freed (`analyze` calls this first). glibc raises that threshold to the size of each large
+/// block freed (up to 32 MiB), after which a scan's large, short-lived lists come from the heap
+/// and stay resident once freed: on a 4.4 GB export `stats --report all` was 517 MB resident for
+/// 393 MB of live heap, 424 MB with the threshold fixed (`profile` 399 and 344 MB).
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: sets a parameter of the C allocator, called before any other thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
