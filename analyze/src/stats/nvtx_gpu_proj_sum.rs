@@ -170,17 +170,12 @@ fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]
             j += 1;
         }
         let same_start = &members[i..j];
-        for &c in same_start {
-            let mut best: Option<(i64, u32)> = None;
+        for (c, peer) in shortest_peers(same_start, end, rank) {
+            let mut best = peer;
             let mut k = pos(end(c));
             while k > 0 {
                 best = min_rank(best, tree[k]);
                 k &= k - 1;
-            }
-            for &p in same_start {
-                if p != c && end(p) >= end(c) {
-                    best = min_rank(best, Some(rank(p)));
-                }
             }
             parents[c as usize] = best.map(|b| b.1);
         }
@@ -193,6 +188,47 @@ fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]
         }
         i = j;
     }
+}
+
+/// A candidate parent's rank, least first: its length, then its index.
+type Rank = (i64, u32);
+
+/// For each range of `group` (ranges sharing a start), the least rank among the others of the
+/// group that end at or after it. Longest first: a running minimum over those ending later, and
+/// the least two ranks of those ending with it (a range takes the least that is not its own),
+/// so that many ranges with one start (a trace's timestamps in microseconds, or a damaged file)
+/// cost a sort, not every pair.
+fn shortest_peers(
+    group: &[u32],
+    end: impl Fn(u32) -> i64,
+    rank: impl Fn(u32) -> Rank,
+) -> Vec<(u32, Option<Rank>)> {
+    let mut by_end: Vec<u32> = group.to_vec();
+    by_end.sort_unstable_by_key(|&r| std::cmp::Reverse(end(r)));
+    let mut out = Vec::with_capacity(group.len());
+    let mut later: Option<Rank> = None;
+    for ties in by_end.chunk_by(|&a, &b| end(a) == end(b)) {
+        let (mut least, mut next): (Option<Rank>, Option<Rank>) = (None, None);
+        for &r in ties {
+            let r = Some(rank(r));
+            if min_rank(least, r) == r {
+                next = least;
+                least = r;
+            } else {
+                next = min_rank(next, r);
+            }
+        }
+        for &c in ties {
+            let own = if least.map(|l| l.1) == Some(c) {
+                next
+            } else {
+                least
+            };
+            out.push((c, min_rank(later, own)));
+        }
+        later = min_rank(later, least);
+    }
+    out
 }
 
 fn min_rank(a: Option<(i64, u32)>, b: Option<(i64, u32)>) -> Option<(i64, u32)> {
@@ -319,6 +355,28 @@ mod tests {
             (60, 70),
             (100, 100),
         ]);
+        assert_eq!(parents(&t.ranges), brute_parents(&t));
+    }
+
+    #[test]
+    fn ranges_sharing_a_start_take_the_shortest_of_the_others() {
+        // One start, ends tied and not, the shortest of a tie first and last in the file.
+        let t = trace(&[
+            (0, 30),
+            (0, 50),
+            (0, 30),
+            (0, 10),
+            (0, 50),
+            (0, 30),
+            (0, 10),
+            (0, 80),
+            (5, 10),
+            (5, 30),
+        ]);
+        assert_eq!(parents(&t.ranges), brute_parents(&t));
+        // Many: a sort, and the same parents.
+        let many: Vec<(i64, i64)> = (0..3000).map(|i| (7, 7 + (i * 37) % 101)).collect();
+        let t = trace(&many);
         assert_eq!(parents(&t.ranges), brute_parents(&t));
     }
 
