@@ -49,12 +49,12 @@ theirs default --impl torch_naive,torch_compiled,torch_sdpa
 ours flash-benchmarking --preset flash-benchmarking
 theirs flash-benchmarking --preset flash-benchmarking --impl torch_naive,torch_sdpa
 ours leaderboard --preset leaderboard
-theirs leaderboard --preset leaderboard --impl torch_naive,torch_compiled,torch_sdpa
+theirs leaderboard --preset leaderboard --impl torch_naive,torch_compiled,torch_sdpa,torch_sdpa_cudnn
 for shape in 64:16:64:4096 16:16:64:16384 4:16:64:65536 64:8:128:4096 16:8:128:16384 4:8:128:65536; do
     IFS=: read -r batch heads d seq <<< "$shape"
     grid=(--batch "$batch" --heads "$heads" --d "$d" --seq "$seq" --precision bf16)
     ours "sdpa-b$batch-h$heads-d$d-s$seq" --impl flash "${grid[@]}"
-    theirs "sdpa-b$batch-h$heads-d$d-s$seq" --impl torch_sdpa "${grid[@]}"
+    theirs "sdpa-b$batch-h$heads-d$d-s$seq" --impl torch_sdpa,torch_sdpa_cudnn "${grid[@]}"
 done
 
 step "merging"
