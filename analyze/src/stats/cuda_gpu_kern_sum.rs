@@ -55,10 +55,7 @@ pub fn rows(trace: &Trace, gathered: &Gathered, names: KernelName) -> Vec<TimeRo
             .push(i);
     }
     let mut rows = TimeRow::from_summaries(groups.into_iter().filter_map(|(name, parts)| {
-        let mut d = Samples::default();
-        for i in parts {
-            d.extend_from(&gathered.kernels[i].2, 1);
-        }
+        let d = Samples::sum(parts.iter().map(|&i| (&gathered.kernels[i].2, 1)));
         Some((trace.name(name).to_owned(), d.summary()?))
     }));
     rows.sort_by(|a, b| {

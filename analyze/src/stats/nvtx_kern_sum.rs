@@ -121,10 +121,10 @@ pub fn rows(
         .filter_map(|(key, mut g)| {
             g.ranges.sort_unstable();
             g.ranges.dedup();
-            let mut durations = Samples::default();
-            for &(i, times) in &g.parts {
-                durations.extend_from(&gathered.kernels[i as usize].2, times as usize);
-            }
+            let durations = Samples::sum(
+                (g.parts.iter())
+                    .map(|&(i, times)| (&gathered.kernels[i as usize].2, times as usize)),
+            );
             let row = NvtxKernRow {
                 range: key.label.map(|l| labels.text[l as usize].clone()),
                 style: key.style,

@@ -86,17 +86,36 @@ impl Samples {
         self.large = Vec::new();
     }
 
-    /// All of `parts` in one.
+    /// All of `parts` in one, merged in pairs, then pairs of pairs: each value is merged a
+    /// logarithm of the parts' number of times, where merging one part after another would
+    /// merge everything before it again for each (thousands of parts of one kernel name, one
+    /// per launch context, took seconds).
     pub fn concat(parts: Vec<Samples>) -> Samples {
-        let mut parts = parts.into_iter();
-        let Some(mut out) = parts.next() else {
-            return Samples::default();
-        };
-        for p in parts {
-            out.extend_from(&p, 1);
+        let mut level = parts;
+        while level.len() > 1 {
+            let mut next = Vec::with_capacity(level.len().div_ceil(2));
+            let mut pairs = level.into_iter();
+            while let Some(mut a) = pairs.next() {
+                if let Some(b) = pairs.next() {
+                    a.extend_from(&b, 1);
+                }
+                next.push(a);
+            }
+            level = next;
         }
+        let mut out = level.pop().unwrap_or_default();
         out.fold_all();
         out
+    }
+
+    /// The samples of `parts`, each taken its number of times, as [`Samples::concat`] merges.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = (&'a Samples, usize)>) -> Samples {
+        let scaled = parts.into_iter().map(|(p, times)| {
+            let mut s = Samples::default();
+            s.extend_from(p, times);
+            s
+        });
+        Samples::concat(scaled.collect())
     }
 
     /// Add `other`'s samples `times` times.
@@ -344,6 +363,27 @@ mod tests {
                 Summary::of(&mut both)
             );
         }
+    }
+
+    #[test]
+    fn many_parts_sum_as_their_values() {
+        let mut rng = Rng(777);
+        let mut parts = Vec::new();
+        let mut all = Vec::new();
+        for i in 0..1001 {
+            let values = random(&mut rng, 1 + i % 13);
+            let times = i % 3;
+            let mut p = Samples::folding_at(4);
+            values.iter().for_each(|&v| p.push(v));
+            for _ in 0..times {
+                all.extend_from_slice(&values);
+            }
+            parts.push((p, times));
+        }
+        let sum = Samples::sum(parts.iter().map(|(p, t)| (p, *t)));
+        assert_eq!(sum.len(), all.len());
+        assert_eq!(sum.summary(), Summary::of(&mut all));
+        assert!(Samples::sum(std::iter::empty()).is_empty());
     }
 
     #[test]
