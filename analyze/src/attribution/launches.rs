@@ -127,15 +127,12 @@ impl LaunchIndex {
     pub fn build(chunks: Vec<(FastMap<u32, CorrRuns>, Vec<u32>)>, max_bits: u64) -> LaunchIndex {
         // Each process's bits are sized once for the ids of all its chunks (within `max_bits`):
         // grown chunk by chunk, they would hold up to twice that.
-        let mut extent: FastMap<u32, (u64, u64)> = FastMap::default();
+        let mut ends: FastMap<u32, u64> = FastMap::default();
         for (corr, _) in &chunks {
-            for (&pid, runs) in corr {
-                if runs.runs.is_empty() {
-                    continue;
-                }
+            for (&pid, runs) in corr.iter().filter(|(_, r)| !r.runs.is_empty()) {
                 let end = runs.base + 64 * runs.bits.len() as u64;
-                let e = extent.entry(pid).or_insert((runs.base, end));
-                *e = (e.0.min(runs.base), e.1.max(end));
+                let e = ends.entry(pid).or_insert(end);
+                *e = (*e).max(end);
             }
         }
         let mut index: FastMap<u32, CorrRuns> = FastMap::default();
@@ -151,11 +148,10 @@ impl LaunchIndex {
                 }
                 match index.get_mut(&pid) {
                     None => {
-                        if let Some(&(_, end)) = extent.get(&pid) {
-                            let words = (end.saturating_sub(runs.base)).min(max_bits) / 64;
-                            runs.bits.reserve_exact(
-                                words as usize - runs.bits.len().min(words as usize),
-                            );
+                        if let Some(&end) = ends.get(&pid) {
+                            let words = (end.saturating_sub(runs.base).min(max_bits) / 64) as usize;
+                            runs.bits
+                                .reserve_exact(words.saturating_sub(runs.bits.len()));
                         }
                         index.insert(pid, runs);
                     }
