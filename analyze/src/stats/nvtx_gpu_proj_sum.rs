@@ -161,7 +161,9 @@ fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]
     // Position of an end time among `ends` (descending), 1-based for the Fenwick tree: every
     // range with end >= e sits at a position <= pos(e).
     let pos = |e: i64| ends.partition_point(|&x| x > e) + 1;
-    let mut tree: Vec<Option<(i64, u32)>> = vec![None; ends.len() + 1];
+    let mut tree: Vec<Option<Rank>> = vec![None; ends.len() + 1];
+    // Each group of ranges sharing a start with its best peer, a list kept from group to group.
+    let mut peers = Vec::new();
 
     let mut i = 0;
     while i < members.len() {
@@ -170,7 +172,8 @@ fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]
             j += 1;
         }
         let same_start = &members[i..j];
-        for (c, peer) in shortest_peers(same_start, end, rank) {
+        shortest_peers(same_start, end, rank, &mut peers);
+        for &(c, peer) in &peers {
             let mut best = peer;
             let mut k = pos(end(c));
             while k > 0 {
@@ -193,23 +196,24 @@ fn thread_parents(ranges: &[Range], members: &[u32], parents: &mut [Option<u32>]
 /// A candidate parent's rank, least first: its length, then its index.
 type Rank = (i64, u32);
 
-/// For each range of `group` (ranges sharing a start), the least rank among the others of the
-/// group that end at or after it. Longest first: a running minimum over those ending later, and
-/// the least two ranks of those ending with it (a range takes the least that is not its own),
-/// so that many ranges with one start (a trace's timestamps in microseconds, or a damaged file)
-/// cost a sort, not every pair.
+/// Into `out`, each range of `group` (ranges sharing a start) with the least rank among the
+/// others of the group that end at or after it. Longest first: a running minimum over those
+/// ending later, and the least two ranks of those ending with it (a range takes the least that
+/// is not its own), so that many ranges with one start (a trace's timestamps in microseconds,
+/// or a damaged file) cost a sort, not every pair.
 fn shortest_peers(
     group: &[u32],
     end: impl Fn(u32) -> i64,
     rank: impl Fn(u32) -> Rank,
-) -> Vec<(u32, Option<Rank>)> {
-    let mut by_end: Vec<u32> = group.to_vec();
-    by_end.sort_unstable_by_key(|&r| std::cmp::Reverse(end(r)));
-    let mut out = Vec::with_capacity(group.len());
+    out: &mut Vec<(u32, Option<Rank>)>,
+) {
+    out.clear();
+    out.extend(group.iter().map(|&r| (r, None)));
+    out.sort_unstable_by_key(|&(r, _)| std::cmp::Reverse(end(r)));
     let mut later: Option<Rank> = None;
-    for ties in by_end.chunk_by(|&a, &b| end(a) == end(b)) {
+    for ties in out.chunk_by_mut(|a, b| end(a.0) == end(b.0)) {
         let (mut least, mut next): (Option<Rank>, Option<Rank>) = (None, None);
-        for &r in ties {
+        for &(r, _) in ties.iter() {
             let r = Some(rank(r));
             if min_rank(least, r) == r {
                 next = least;
@@ -218,20 +222,19 @@ fn shortest_peers(
                 next = min_rank(next, r);
             }
         }
-        for &c in ties {
-            let own = if least.map(|l| l.1) == Some(c) {
+        for (c, peer) in ties.iter_mut() {
+            let own = if least.map(|l| l.1) == Some(*c) {
                 next
             } else {
                 least
             };
-            out.push((c, min_rank(later, own)));
+            *peer = min_rank(later, own);
         }
         later = min_rank(later, least);
     }
-    out
 }
 
-fn min_rank(a: Option<(i64, u32)>, b: Option<(i64, u32)>) -> Option<(i64, u32)> {
+fn min_rank(a: Option<Rank>, b: Option<Rank>) -> Option<Rank> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
